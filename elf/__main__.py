@@ -1,0 +1,6 @@
+"""``python -m elf`` is the ``elf`` command."""
+import sys
+
+from elf.cli import main
+
+sys.exit(main())

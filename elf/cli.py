@@ -1,0 +1,49 @@
+"""The ``elf`` command: one subcommand per pipeline stage.
+
+Each stage lives in ``elf/stages/<name>.py`` and exposes ``register(subparsers)``; this module only
+collects them. Run ``elf <stage> --help`` for a stage's inputs, outputs and options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# DAG order; each name is a module under elf.stages.
+STAGES = ("corpora", "tokenizer", "encoder", "scorer", "embed", "train", "distill", "sample",
+          "trajectory", "score", "aggregate", "report", "audit")
+
+
+class ElfError(Exception):
+    """An input problem the user can fix: printed as one line, exit code 2, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elf", description="ELF: Embedded Language Flows — pipeline stages. "
+        "Snakemake runs these for you (see README); each can also be run by hand.")
+    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    for name in STAGES:
+        try:
+            module = importlib.import_module(f"elf.stages.{name}")
+        except ModuleNotFoundError as err:
+            if err.name == f"elf.stages.{name}":
+                continue  # stage not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ElfError as err:
+        print(f"elf {args.stage}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""Typed, validated configuration: the one place that knows every setting, its default and its range.
+
+``parse_experiment(dict)`` turns a loaded ``config/*.yaml`` into an ``Experiment`` of frozen
+dataclasses, or raises ``ConfigError`` naming the key, the bad value and what is allowed. Snakemake
+calls it before any rule runs (``workflow/rules/common.smk``); every ``elf`` stage receives the
+already-resolved section it needs as JSON (``--settings``) and rebuilds the same dataclass.
+``workflow/schemas/config.schema.yaml`` is generated from these dataclasses (``elf schema``), so the
+schema and the code cannot drift (a test checks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional, get_args, get_origin
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, mistyped or out of range."""
+
+
+def _f(default: Any = dataclasses.MISSING, *, help: str, lo: float | None = None,
+       hi: float | None = None, lo_open: bool = False, factory: Any = None):
+    """A dataclass field with a description and an optional numeric range."""
+    meta = {"help": help, "lo": lo, "hi": hi, "lo_open": lo_open}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --------------------------------------------------------------------------------------------------
+# Training-time settings (spec §3–4)
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Network shape and variant (spec §3); sizes name presets in ``elf.model.SIZES``."""
+    size: str = _f("ELF-B", help="named size: ELF-B, ELF-M, ELF-L or a preset from `sizes`")
+    bottleneck: int = _f(128, help="input bottleneck width (paper ablation: 32/128/512)", lo=1)
+    conditioning: Literal["in_context", "adaln"] = _f("in_context", help="control tokens or adaLN-Zero")
+    prediction: Literal["x", "v", "eps"] = _f("x", help="network output parameterisation")
+    decode_head: bool = _f(True, help="shared decoder head (false: denoiser only, separate decoder)")
+
+
+@dataclass(frozen=True)
+class ObjectiveSettings:
+    """The per-step draws and loss of spec §4 (defaults: released code, unconditional OWT)."""
+    t_mean: float = _f(-1.5, help="logit-normal mean of training t")
+    t_std: float = _f(0.8, help="logit-normal std of training t", lo=0, lo_open=True)
+    noise_scale: float = _f(2.0, help="denoiser noise scale sigma_n", lo=0, lo_open=True)
+    t_eps: float = _f(0.05, help="clamp of 1-t in velocities", lo=0, hi=1, lo_open=True)
+    decode_prob: float = _f(0.2, help="probability of the decode branch per example", lo=0, hi=1)
+    decode_noise_scale: float = _f(5.0, help="decoder noise scale sigma_d (1.0 conditional)", lo=0)
+    decode_lambda_mean: float = _f(0.8, help="logit-normal mean of the decode mixing weight")
+    decode_lambda_std: float = _f(0.8, help="logit-normal std of the decode mixing weight", lo=0)
+    self_cond_prob: float = _f(0.5, help="probability of self-conditioning per example", lo=0, hi=1)
+    sc_cfg_min: float = _f(0.5, help="smallest training SC-CFG scale w", lo=0, lo_open=True)
+    sc_cfg_max: float = _f(5.0, help="largest training SC-CFG scale w", lo=0, lo_open=True)
+    label_drop_prob: float = _f(0.0, help="conditional: drop the source per example", lo=0, hi=1)
+    sc_cfg_target: Literal["main_forward", "extra_forward"] = _f(
+        "main_forward", help="SC-CFG target from the main forward (fast, equal with dropout 0) "
+        "or from a third forward as the released code does")
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """Optimiser, schedule, clipping and EMA (spec §4)."""
+    name: Literal["muon", "adamw"] = _f("muon", help="Muon for 2-D weights + Nesterov-Adam, or AdamW")
+    blr: float = _f(1e-3, help="base lr; lr = blr * batch / 256", lo=0, lo_open=True)
+    warmup_steps: int = _f(0, help="linear warm-up steps, then constant", lo=0)
+    betas: tuple[float, float] = _f((0.9, 0.999), help="Adam betas (AdamW ablation: 0.9, 0.95)")
+    weight_decay: float = _f(0.0, help="weight decay (released code: 0)", lo=0)
+    grad_clip: float = _f(1.0, help="global grad-norm clip (0 = off)", lo=0)
+    ema_decay: float = _f(0.9999, help="EMA decay per optimiser step", lo=0, hi=1)
+    ema_warmup: bool = _f(False, help="decay min(ema_decay, (1+k)/(10+k)): for short runs")
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """How long and how wide a run trains."""
+    batch_size: int = _f(512, help="global batch (sequences per optimiser step)", lo=1)
+    steps: int = _f(1000, help="optimiser steps", lo=1)
+    grad_accum: int = _f(1, help="micro-batches per optimiser step", lo=1)
+    checkpoint_every: int = _f(500, help="steps between resumable checkpoints", lo=1)
+    log_every: int = _f(10, help="steps between training-log lines", lo=1)
+    seed: int = _f(42, help="training seed (released code default 42)", lo=0)
+    compile: bool = _f(False, help="torch.compile the network")
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    """One progressive-distillation round (spec §7)."""
+    student_steps: int = _f(16, help="student sampling steps of this round", lo=1)
+    teacher_substeps: int = _f(4, help="teacher Euler sub-steps per student step", lo=1)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One training run: a named override of ``run_defaults``."""
+    dataset: str = _f(help="a key of `datasets`")
+    embedding: str = _f("encoder", help="a key of `embeddings`")
+    kind: Literal["train", "released", "distill"] = _f("train", help="how the checkpoint is made")
+    model: ModelSettings = _f(help="network shape", factory=ModelSettings)
+    objective: ObjectiveSettings = _f(help="training objective", factory=ObjectiveSettings)
+    optim: OptimSettings = _f(help="optimiser", factory=OptimSettings)
+    budget: BudgetSettings = _f(help="training budget", factory=BudgetSettings)
+    teacher: Optional[str] = _f(None, help="distill: the teacher run")
+    init_from: Optional[str] = _f(None, help="distill: the run whose EMA initialises the student")
+    distill: Optional[DistillSettings] = _f(None, help="distill: the round's settings")
+    released: Optional[str] = _f(None, help="released: Hugging Face id or path of the checkpoint")
+    paper_run: Optional[str] = _f(None, help="the paper's run id it replicates (R01..R34)")
+
+
+# --------------------------------------------------------------------------------------------------
+# Sampling and evaluation settings (spec §5–6)
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """A named sampler setting (spec §5)."""
+    method: Literal["ode", "sde"] = _f("ode", help="Euler ODE or the SDE-inspired sampler")
+    steps: int = _f(64, help="number of steps N", lo=1)
+    gamma: float = _f(0.0, help="SDE noise re-injection scale", lo=0)
+    grid: Literal["logit_normal", "uniform"] = _f("logit_normal", help="time grid")
+    grid_mean: float = _f(-1.5, help="logit-normal grid mean")
+    grid_std: float = _f(0.8, help="logit-normal grid std", lo=0, lo_open=True)
+    sc_cfg: float = _f(1.0, help="self-conditioning CFG scale w", lo=0, lo_open=True)
+    input_cfg: float = _f(1.0, help="input-condition CFG scale (conditional; 1 = one pass)", lo=0)
+    sde_variant: Literal["backed_off", "original"] = _f(
+        "backed_off", help="SDE Euler step from the backed-off state (released code) or the "
+        "original state (paper App. C.2)")
+    noise_scale: float = _f(2.0, help="initial noise scale", lo=0, lo_open=True)
+    t_eps: float = _f(0.05, help="clamp of 1-t", lo=0, hi=1, lo_open=True)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How many samples, which seeds, batch sizes, scorer."""
+    seeds: tuple[int, ...] = _f((0, 1, 2, 3, 4, 5), help="evaluation seeds (paper: 0-5)")
+    n_samples: int = _f(1000, help="samples per seed (unconditional)", lo=1)
+    n_examples: int = _f(0, help="conditional test examples per seed (0 = the whole split)", lo=0)
+    sample_batch_size: int = _f(64, help="samples per sampler batch", lo=1)
+    score_batch_size: int = _f(64, help="samples per scorer batch (released scorer: 64)", lo=1)
+    split: Literal["validation", "test"] = _f("test", help="split for conditional scores")
+
+
+# --------------------------------------------------------------------------------------------------
+# Data, encoders, scorer (spec §2, §6, §8)
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CorporaSettings:
+    """The embedded corpora that ``elf corpora`` generates (no downloads)."""
+    seed: int = _f(0, help="generator seed", lo=0)
+    train_docs: int = _f(2000, help="documents / pairs in each train split", lo=1)
+    validation_docs: int = _f(200, help="documents / pairs in each validation split", lo=1)
+    test_docs: int = _f(200, help="documents / pairs in each test split", lo=1)
+
+
+@dataclass(frozen=True)
+class DatasetSettings:
+    """One dataset: where its raw text comes from and how it is packed (spec §2)."""
+    task: Literal["unconditional", "translation", "summarization"] = _f(help="task type")
+    source: Literal["embedded", "hub", "local"] = _f(help="generated here, `datasets` hub, or files")
+    name: str = _f(help="embedded corpus name, hub dataset id, or local path")
+    subset: Optional[str] = _f(None, help="hub config name (e.g. de-en)")
+    max_length: int = _f(1024, help="model sequence length L", lo=2)
+    max_input_length: Optional[int] = _f(None, help="conditional: source length cap", lo=1)
+    max_train_sequences: int = _f(0, help="cap on packed training sequences (0 = all)", lo=0)
+
+
+@dataclass(frozen=True)
+class TokenizerSettings:
+    """The T5-style tokenizer: built here (embedded) or loaded by name (paper: t5-small)."""
+    source: Literal["build", "pretrained"] = _f("build", help="train it here, or from_pretrained")
+    name_or_path: str = _f("t5-small", help="hub id (pretrained); ignored when built")
+    vocab_size: int = _f(1024, help="vocabulary size when built", lo=8)
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """A T5 encoder: pretrained by name, or trained here with span corruption then frozen."""
+    source: Literal["build", "pretrained"] = _f("build", help="train it here, or from_pretrained")
+    name_or_path: str = _f("t5-small", help="hub id (pretrained); ignored when built")
+    d_model: int = _f(64, help="built: model width (= embedding width d)", lo=8)
+    layers: int = _f(2, help="built: encoder (and decoder) layers", lo=1)
+    heads: int = _f(4, help="built: attention heads", lo=1)
+    d_ff: int = _f(256, help="built: feed-forward width", lo=8)
+    steps: int = _f(300, help="built: span-corruption training steps", lo=1)
+    batch_size: int = _f(32, help="built: training batch", lo=1)
+    lr: float = _f(1e-3, help="built: learning rate", lo=0, lo_open=True)
+    seed: int = _f(0, help="built: training seed", lo=0)
+
+
+@dataclass(frozen=True)
+class ScorerSettings:
+    """The Gen. PPL scorer: GPT-2 Large by name, or a small GPT-2 trained here on held-out text."""
+    source: Literal["build", "pretrained"] = _f("build", help="train it here, or from_pretrained")
+    name_or_path: str = _f("gpt2-large", help="hub id (pretrained); ignored when built")
+    vocab_size: int = _f(1024, help="built: byte-level BPE vocabulary", lo=260)
+    layers: int = _f(2, help="built: transformer layers", lo=1)
+    width: int = _f(128, help="built: model width", lo=8)
+    heads: int = _f(4, help="built: attention heads", lo=1)
+    steps: int = _f(300, help="built: training steps", lo=1)
+    batch_size: int = _f(16, help="built: training batch", lo=1)
+    context: int = _f(256, help="built: context length", lo=8)
+    lr: float = _f(1e-3, help="built: learning rate", lo=0, lo_open=True)
+    seed: int = _f(0, help="built: training seed", lo=0)
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    """How token ids become the clean embeddings x (spec §2, §8)."""
+    kind: Literal["encoder", "token_table", "gaussian", "learned"] = _f(
+        "encoder", help="contextual encoder, its token table, a frozen Gaussian table, or a "
+        "table learned with the flow (cannot be cached: embedded on the fly)")
+    encoder: str = _f("main", help="a key of `encoders`")
+    normalization: Literal["fixed", "scalar", "per_channel"] = _f(
+        "fixed", help="fixed mean/std (released: 0, 0.2), or statistics of the training data")
+    mean: float = _f(0.0, help="fixed normalisation mean")
+    std: float = _f(0.2, help="fixed normalisation std", lo=0, lo_open=True)
+    dtype: Literal["float16", "bfloat16", "float32"] = _f("float16", help="stored dtype")
+
+
+@dataclass(frozen=True)
+class FigureSettings:
+    """One figure or table of the paper: which runs, samplers and seeds it needs."""
+    kind: Literal["figure", "table"] = _f(help="figure or table")
+    title: str = _f(help="caption title")
+    runs: tuple[str, ...] = _f(help="runs it plots")
+    samplers: tuple[str, ...] = _f(help="sampler settings it plots")
+    seeds: Literal["all", "first"] = _f("first", help="all evaluation seeds, or the first only")
+    section: str = _f("Results", help="report category (paper section)")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A whole configuration file, validated."""
+    results: str = _f("results", help="root of intermediate outputs")
+    reports: str = _f("reports", help="root of figures, tables and reviews")
+    scale: Literal["embedded", "paper"] = _f("embedded", help="labels the replication review")
+    corpora: CorporaSettings = _f(help="embedded corpora", factory=CorporaSettings)
+    tokenizer: TokenizerSettings = _f(help="tokenizer", factory=TokenizerSettings)
+    encoders: dict[str, EncoderSettings] = _f(help="named encoders", factory=dict)
+    scorer: ScorerSettings = _f(help="Gen. PPL scorer", factory=ScorerSettings)
+    datasets: dict[str, DatasetSettings] = _f(help="named datasets", factory=dict)
+    embeddings: dict[str, EmbeddingSettings] = _f(help="named embedding kinds", factory=dict)
+    sizes: dict[str, dict[str, int]] = _f(help="extra model-size presets", factory=dict)
+    run_defaults: dict[str, Any] = _f(help="settings every run starts from", factory=dict)
+    runs: dict[str, dict[str, Any]] = _f(help="named runs (overrides of run_defaults)", factory=dict)
+    samplers: dict[str, SamplerSettings] = _f(help="named sampler settings", factory=dict)
+    evaluation: EvalSettings = _f(help="evaluation protocol", factory=EvalSettings)
+    figures: dict[str, FigureSettings] = _f(help="figures and tables to render", factory=dict)
+
+    def run(self, name: str) -> RunSettings:
+        """The resolved settings of run ``name``: ``run_defaults`` merged with its overrides."""
+        if name not in self.runs:
+            raise ConfigError(f"unknown run '{name}'; defined runs: {', '.join(self.runs)}")
+        return from_dict(RunSettings, deep_merge(self.run_defaults, self.runs[name]),
+                         f"runs.{name}")
+
+
+def parse_experiment(data: dict) -> Experiment:
+    """Validate a whole config mapping; every run is resolved once so that a bad run fails now."""
+    exp = from_dict(Experiment, data)
+    for name in exp.runs:
+        run = exp.run(name)
+        _check_refs(exp, name, run)
+    for name, fig in exp.figures.items():
+        for ref, table, what in [(r, exp.runs, "runs") for r in fig.runs] + \
+                [(s, exp.samplers, "samplers") for s in fig.samplers]:
+            if ref not in table:
+                raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
+                                  f"under '{what}' (defined: {', '.join(table)})")
+    return exp
+
+
+def _check_refs(exp: Experiment, name: str, run: RunSettings) -> None:
+    refs = [("dataset", run.dataset, exp.datasets), ("embedding", run.embedding, exp.embeddings)]
+    refs += [(k, getattr(run, k), exp.runs) for k in ("teacher", "init_from") if getattr(run, k)]
+    for key, ref, table in refs:
+        if ref not in table:
+            raise ConfigError(f"config key 'runs.{name}.{key}': '{ref}' is not defined "
+                              f"(defined: {', '.join(table)})")
+    if run.kind == "distill" and (run.teacher is None or run.distill is None):
+        raise ConfigError(f"config key 'runs.{name}': a distill run needs `teacher` and `distill`")
+    if run.kind == "released" and not run.released:
+        raise ConfigError(f"config key 'runs.{name}.released': a released run needs its id")
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing: dict -> dataclass with precise errors
+# --------------------------------------------------------------------------------------------------
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin is tuple:
+        return "a list"
+    if dataclasses.is_dataclass(tp):
+        return "a mapping"
+    return {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+            type(None): "null"}.get(tp, str(tp))
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    bad = ConfigError(f"config key '{key}': got {value!r}; expected {_type_name(tp)}")
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is not type(None):
+                return _convert(value, arg, key)
+    if origin is Literal:
+        if value not in get_args(tp):
+            raise bad
+        return value
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise bad
+        args = get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0], f"{key}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ConfigError(f"config key '{key}': got {value!r}; expected {len(args)} values")
+        return tuple(_convert(v, a, f"{key}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad
+        value_tp = get_args(tp)[1]
+        return {str(k): _convert(v, value_tp, f"{key}.{k}") for k, v in value.items()}
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, key)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    raise TypeError(f"unsupported config type {tp} at {key}")
+
+
+def _check_range(value: Any, meta: dict, key: str) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    lo, hi, lo_open = meta.get("lo"), meta.get("hi"), meta.get("lo_open")
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        op = ">" if lo_open else ">="
+        raise ConfigError(f"config key '{key}': got {value!r}; allowed: {op} {lo}"
+                          + (f" and <= {hi}" if hi is not None else ""))
+    if hi is not None and value > hi:
+        raise ConfigError(f"config key '{key}': got {value!r}; allowed: <= {hi}")
+
+
+def from_dict(cls, data: Any, prefix: str = ""):
+    """Build dataclass ``cls`` from a mapping, naming the key of any unknown, mistyped or
+    out-of-range value."""
+    where = prefix or "<top level>"
+    if not isinstance(data, dict):
+        raise ConfigError(f"config key '{where}': got {data!r}; expected a mapping")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"config key '{_join(prefix, unknown[0])}' is unknown; allowed keys "
+                          f"under '{where}': {', '.join(fields)}")
+    kwargs = {}
+    for name, fld in fields.items():
+        key = _join(prefix, name)
+        if name not in data:
+            if fld.default is dataclasses.MISSING and fld.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"config key '{key}' is required ({fld.metadata.get('help')})")
+            continue
+        value = _convert(data[name], hints[name], key)
+        _check_range(value, fld.metadata, key)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass → plain JSON-ready dict (tuples become lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(obj)))
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    """Recursively merge ``override`` into a copy of ``base`` (mappings merge, other values replace)."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

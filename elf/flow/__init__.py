@@ -1,0 +1,1 @@
+"""Flow-matching maths: paths and velocities, the training objective, samplers. No I/O."""

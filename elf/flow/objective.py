@@ -1,0 +1,144 @@
+"""One ELF training step's loss (spec §4), with every random draw made in ``draw_step``.
+
+A test (or another implementation) can pass its own ``StepDraws`` and replay a step exactly.
+Batch tensors: ``x`` (B, L, d) normalised clean embeddings, ``x_nosource`` (conditional: the target
+encoded without seeing the source, for label drop), ``input_ids`` (B, L), ``attention_mask`` (B, L),
+``cond_seq_mask`` (B, L) = 1 on source positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+
+from elf.config import ObjectiveSettings
+from elf.flow.paths import interpolate, logit_normal, sc_cfg_scale, velocity, x_from_output
+
+
+@dataclass
+class StepDraws:
+    """Every random quantity of one step; eps tensors are unit normals."""
+    decode_row: torch.Tensor      # (B,) float 0/1: decode (CE) branch
+    t: torch.Tensor               # (B,) logit-normal time
+    eps: torch.Tensor             # (B, L, d) denoise noise
+    lam: torch.Tensor             # (B, L) per-token decode mixing weight
+    eps_decode: torch.Tensor      # (B, L, d) decode noise
+    use_self_cond: torch.Tensor   # (B,) float 0/1
+    w: torch.Tensor               # (B,) SC-CFG scale
+    label_drop: torch.Tensor      # (B,) bool
+
+    def to(self, device) -> "StepDraws":
+        return StepDraws(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
+def draw_step(shape: tuple[int, int, int], s: ObjectiveSettings, generator: torch.Generator,
+              device="cpu") -> StepDraws:
+    """Draw one step's randomness from ``generator`` (on CPU, so results do not depend on device)."""
+    B, L, d = shape
+    g = dict(generator=generator)
+    decode_row = (torch.rand(B, **g) < s.decode_prob).float()
+    t = logit_normal(torch.randn(B, **g), s.t_mean, s.t_std)
+    eps = torch.randn(B, L, d, **g)
+    lam = logit_normal(torch.randn(B, L, **g), s.decode_lambda_mean, s.decode_lambda_std)
+    eps_decode = torch.randn(B, L, d, **g)
+    use_self_cond = (torch.rand(B, **g) < s.self_cond_prob).float()
+    w = sc_cfg_scale(torch.rand(B, **g), s.sc_cfg_min, s.sc_cfg_max)
+    label_drop = torch.rand(B, **g) < s.label_drop_prob
+    return StepDraws(decode_row, t, eps, lam, eps_decode, use_self_cond, w, label_drop).to(device)
+
+
+@dataclass
+class StepOutput:
+    loss: torch.Tensor
+    ce_loss: torch.Tensor
+    l2_loss: torch.Tensor
+    parts: dict  # intermediates (detached), for tests and logging
+
+
+def clean_embeddings(batch: dict, label_drop: torch.Tensor) -> torch.Tensor:
+    """x0: label-dropped rows use the target encoded without the source, with source positions
+    zeroed (spec §2 'Label drop')."""
+    x = batch["x"]
+    if "x_nosource" not in batch or not bool(label_drop.any()):
+        return x
+    src = batch["cond_seq_mask"][..., None] > 0
+    dropped = torch.where(src, torch.zeros_like(x), batch["x_nosource"])
+    return torch.where(label_drop[:, None, None], dropped, x)
+
+
+def loss_mask(batch: dict, loss_covers_padding: bool) -> torch.Tensor:
+    """Valid target positions: (attention_mask, or 1 where EOS padding is learned) · (1 − source)."""
+    valid = torch.ones_like(batch["attention_mask"], dtype=torch.float32) if loss_covers_padding \
+        else batch["attention_mask"].float()
+    return valid * (1 - batch["cond_seq_mask"].float())
+
+
+def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
+                  prediction: str = "x", loss_covers_padding: bool = False) -> StepOutput:
+    """The combined decode/denoise loss of spec §4 on one batch, given the step's draws."""
+    src = batch["cond_seq_mask"][..., None] > 0                            # (B, L, 1)
+    x0 = clean_embeddings(batch, draws.label_drop)
+    t, w, dec = draws.t, draws.w, draws.decode_row
+    dec3 = dec[:, None, None]
+
+    z_t = torch.where(src, x0, interpolate(x0, draws.eps, t, s.noise_scale))
+    z_dec = interpolate(x0, draws.eps_decode, draws.lam, s.decode_noise_scale)  # source not restored
+    as_x = lambda out, z, tt: x_from_output(out, z, tt, prediction, s.t_eps, s.noise_scale)
+
+    # 1. Gradient-free first pass with an empty self-conditioning half (source kept clean).
+    sc_empty = torch.where(src, x0, torch.zeros_like(x0))
+    with torch.no_grad():
+        out_first, _ = model(torch.cat([z_t, sc_empty], -1), t, w)
+        x_hat_first = as_x(out_first, z_t, t)
+
+    # 2. Self-conditioning half: x̂₀ on self-cond rows, zeros otherwise, all zeros on decode rows.
+    sc_half = torch.where(src, x0, x_hat_first * draws.use_self_cond[:, None, None]) * (1 - dec3)
+
+    # 3. Main forward on the mixed batch (decode rows: z̃, t = 1, mode tokens on).
+    z_main = dec3 * z_dec + (1 - dec3) * z_t
+    t_main = torch.where(dec > 0, torch.ones_like(t), t)
+    out_main, h = model(torch.cat([z_main, sc_half], -1), t_main, w, dec)
+    x_hat = as_x(out_main, z_main, t_main)
+
+    # 4. Denoise loss against the SC-CFG-guided velocity target.
+    v_hat = velocity(x_hat, z_t, t, s.t_eps)
+    v_target = velocity(x0, z_t, t, s.t_eps)
+    v_u = velocity(x_hat_first, z_t, t, s.t_eps)
+    if s.sc_cfg_target == "extra_forward":  # the released code's third forward
+        with torch.no_grad():
+            sc_full = torch.where(src, x0, x_hat_first)
+            out_c, _ = model(torch.cat([z_t, sc_full], -1), t, w)
+            v_c = velocity(as_x(out_c, z_t, t), z_t, t, s.t_eps)
+    else:
+        # With dropout 0 the third forward sees exactly the main input on every row where the
+        # guidance term is non-zero (self-cond denoise rows), so v̂_c = v̂ there (spec §4 step 4).
+        v_c = v_hat.detach()
+    guidance = (draws.use_self_cond * (1 - 1 / w))[:, None, None]
+    v_star = (v_target + guidance * (v_c - v_u)).detach()
+    l2_per_token = (v_hat - v_star).pow(2).mean(-1)                          # (B, L)
+
+    # 5. Decode loss: fp32 cross-entropy on decode rows only.
+    decode_rows = dec.nonzero().squeeze(-1)
+    ce_per_token = torch.zeros_like(l2_per_token)
+    logits = None
+    if decode_rows.numel():
+        logits = model.decode(h[decode_rows]).float()
+        ce_rows = F.cross_entropy(logits.transpose(1, 2), batch["input_ids"][decode_rows].long(),
+                                  reduction="none")
+        ce_per_token = ce_per_token.index_put((decode_rows,), ce_rows)
+
+    # 6. One denominator for both branches.
+    mask = loss_mask(batch, loss_covers_padding)
+    ce_sum = (ce_per_token * mask * dec[:, None]).sum()
+    l2_sum = (l2_per_token * mask * (1 - dec[:, None])).sum()
+    loss = (ce_sum + l2_sum) / mask.sum().clamp_min(1)
+    ce_loss = ce_sum / (mask * dec[:, None]).sum().clamp_min(1)
+    l2_loss = l2_sum / (mask * (1 - dec[:, None])).sum().clamp_min(1)
+    parts = dict(z_t=z_t, z_decode=z_dec, t_main=t_main, x_hat_first=x_hat_first, sc_half=sc_half,
+                 x_hat=x_hat.detach(), v_target=v_target, v_star=v_star,
+                 l2_per_token=l2_per_token.detach(), ce_per_token=ce_per_token.detach(),
+                 loss_mask=mask, decode_rows=decode_rows,
+                 logits_decode_rows=None if logits is None else logits.detach())
+    return StepOutput(loss, ce_loss.detach(), l2_loss.detach(), parts)

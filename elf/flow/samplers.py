@@ -1,0 +1,156 @@
+"""Sampling and decoding (spec §5): time grids, the Euler ODE and SDE-inspired samplers, SC-CFG and
+input-condition CFG, decode at t = 1 and post-processing. No I/O.
+
+Every random draw (grid, initial noise, SDE re-injection noise) comes from the caller's generator.
+The last step is always an ODE step. Conditional generation keeps the clean source embeddings
+pinned at the source positions throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from elf.config import SamplerSettings
+from elf.flow.paths import logit_normal, velocity, x_from_output
+
+
+def time_grid(s: SamplerSettings, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(N+1,) times from 0 to 1: uniform, or N−1 sorted logit-normal draws with 0 and 1 added."""
+    if s.grid == "uniform":
+        return torch.linspace(0.0, 1.0, s.steps + 1)
+    inner = logit_normal(torch.randn(s.steps - 1, generator=generator), s.grid_mean, s.grid_std)
+    return torch.cat([torch.zeros(1), inner.sort().values, torch.ones(1)])
+
+
+@dataclass
+class Source:
+    """Conditional generation: which positions hold the source, and its clean embeddings there."""
+    mask: torch.Tensor        # (B, L) bool
+    embeddings: torch.Tensor  # (B, L, d); only source positions are read
+
+    def pin(self, x: torch.Tensor, value: torch.Tensor | None = None) -> torch.Tensor:
+        """x with the source positions set to the clean source (or to ``value``)."""
+        fill = self.embeddings if value is None else value
+        return torch.where(self.mask[..., None], fill, x)
+
+
+class Denoiser:
+    """x̂ and v̂ at one state, with SC-CFG as a model input and optional input-condition CFG."""
+
+    def __init__(self, model, s: SamplerSettings, prediction: str = "x",
+                 source: Optional[Source] = None):
+        self.model, self.s, self.prediction, self.source = model, s, prediction, source
+        self.calls = 0  # network calls, for accounting
+
+    def _net(self, z, x_prev, t):
+        B = z.shape[0]
+        t_b = torch.full((B,), float(t), device=z.device)
+        w_b = torch.full((B,), self.s.sc_cfg, device=z.device)
+        self.calls += 1
+        out, _ = self.model(torch.cat([z, x_prev], -1), t_b, w_b)
+        x_hat = x_from_output(out, z, t_b, self.prediction, self.s.t_eps, self.s.noise_scale)
+        return x_hat, velocity(x_hat, z, t_b, self.s.t_eps), out
+
+    def __call__(self, z, x_prev, t):
+        """Returns (x̂, v̂) with the source restored in x̂ and zeroed in v̂."""
+        src = self.source
+        x_c, v_c, _ = self._net(z, x_prev, t)
+        if src is None:
+            return x_c, v_c
+        zero = torch.zeros_like(z)
+        x_c, v_c = src.pin(x_c), src.pin(v_c, zero)
+        if self.s.input_cfg == 1.0:
+            return x_c, v_c
+        # Unconditional pass: the source removed from both halves of the input.
+        z_u, xp_u = src.pin(z, zero), src.pin(x_prev, zero)
+        x_u, v_u, _ = self._net(z_u, xp_u, t)
+        x_u, v_u = src.pin(x_u, zero), src.pin(v_u, zero)
+        scale = self.s.input_cfg
+        x_hat = src.pin(x_u + scale * (x_c - x_u))
+        v_hat = src.pin(v_u + scale * (v_c - v_u), zero)
+        return x_hat, v_hat
+
+
+StepRecorder = Callable[[int, float, torch.Tensor, torch.Tensor], None]
+
+
+def rollout(model, s: SamplerSettings, z_init: torch.Tensor, generator: torch.Generator | None = None,
+            *, grid: torch.Tensor | None = None, source: Optional[Source] = None,
+            prediction: str = "x", record: StepRecorder | None = None) -> tuple[torch.Tensor, Denoiser]:
+    """Integrate from ``z_init`` (already scaled noise) at t = 0 to t = 1. Returns the final state and
+    the denoiser (whose ``calls`` counts network evaluations). ``record(k, t_next, z, x_hat)`` is
+    called after every step."""
+    grid = time_grid(s, generator) if grid is None else grid
+    denoise = Denoiser(model, s, prediction, source)
+    zeros = torch.zeros_like(z_init)
+    z = z_init if source is None else source.pin(z_init)
+    x_prev = zeros if source is None else source.pin(zeros)
+    n = len(grid) - 1
+    for k in range(n):
+        t, t_next = float(grid[k]), float(grid[k + 1])
+        if s.method == "sde" and k < n - 1:  # the last step is always ODE
+            z, x_hat = _sde_step(denoise, z, x_prev, t, t_next, s, generator, source)
+        else:
+            x_hat, v_hat = denoise(z, x_prev, t)
+            z = z + (t_next - t) * v_hat
+        x_prev = x_hat
+        if record is not None:
+            record(k, t_next, z, x_hat)
+    return z, denoise
+
+
+def _sde_step(denoise, z, x_prev, t, t_next, s: SamplerSettings, generator, source):
+    """Back off to t_b = α·t with fresh noise, predict there, then Euler-step to t_next from the
+    backed-off state (released code) or from the original state (paper App. C.2)."""
+    alpha = min(max(1.0 - s.gamma * (t_next - t), 0.0), 1.0)
+    t_b = alpha * t
+    noise = torch.randn(z.shape, generator=generator).to(z.device)
+    z_b = alpha * z + (1 - alpha) * s.noise_scale * noise
+    if source is not None:
+        z_b = source.pin(z_b)
+    x_hat, v_b = denoise(z_b, x_prev, t_b)
+    if s.sde_variant == "backed_off":
+        z_next = z_b + (t_next - t_b) * v_b
+    else:
+        v = velocity(x_hat, z, torch.tensor([t], device=z.device), s.t_eps)
+        if source is not None:
+            v = source.pin(v, torch.zeros_like(v))
+        z_next = z + (t_next - t) * v
+    return z_next, x_hat
+
+
+@torch.no_grad()
+def decode_logits(model, z: torch.Tensor, sc_cfg: float) -> torch.Tensor:
+    """One decode-mode forward on [z ; 0] at t = 1 (self-cond half all zeros, source included)."""
+    B = z.shape[0]
+    ones = torch.ones(B, device=z.device)
+    _, h = model(torch.cat([z, torch.zeros_like(z)], -1), ones, torch.full((B,), sc_cfg,
+                                                                          device=z.device), ones)
+    return model.decode(h)
+
+
+def cut_at_eos(ids: torch.Tensor, eos_id: int, fill_id: int) -> torch.Tensor:
+    """Every position from the first EOS on becomes ``fill_id``."""
+    after = (ids == eos_id).int().cumsum(-1) > 0
+    return torch.where(after, torch.full_like(ids, fill_id), ids)
+
+
+def drop_source(ids: torch.Tensor, source_length: torch.Tensor, target_length: int,
+                fill_id: int) -> torch.Tensor:
+    """Shift each row left by its source length and keep ``target_length`` tokens."""
+    B, L = ids.shape
+    idx = source_length[:, None].to(ids.device) + torch.arange(target_length, device=ids.device)
+    out = ids.gather(1, idx.clamp_max(L - 1))
+    return torch.where(idx < L, out, torch.full_like(out, fill_id))
+
+
+def postprocess(ids: torch.Tensor, eos_id: int, pad_id: int, *, source_length=None,
+                target_length: int | None = None) -> torch.Tensor:
+    """Unconditional: cut at the first EOS (filled with pad). Conditional: drop the source, keep
+    ``target_length`` tokens, cut at the first EOS (filled with EOS)."""
+    if source_length is None:
+        return cut_at_eos(ids, eos_id, pad_id)
+    return cut_at_eos(drop_source(ids, source_length, target_length, eos_id), eos_id, eos_id)

@@ -1,0 +1,303 @@
+"""The ELF network (spec §3): one transformer that denoises embeddings and, in decode mode, emits tokens.
+
+Parameter names and layouts follow the authors' PyTorch checkpoints, so their released weights load
+with ``load_state_dict`` directly (``elf.train.checkpoint.load_released``).
+
+Forward, for input ``x_in = [z ; x_sc]`` (B, L, 2d), time ``t`` (B,), SC-CFG scale ``w`` (B,), mode gate (B,):
+  h = proj2(proj1(self_cond_proj(x_in)))                          # (B, L, W), 128-d bottleneck
+  prepend [time tokens, SC-CFG tokens, mode tokens · gate]        # (B, 12 + L, W)
+  blocks: h += attn(rms(h)); h += swiglu(rms(h))                  # RoPE on text positions only
+  x̂ = final_layer(h_text)                                         # zero-initialised head, (B, L, d)
+  logits = unembed(gelu_tanh(h_text @ proj_kernel + proj_bias))   # decode head on un-normalised h_text
+
+The adaLN-Zero variant (paper ablation, Fig. 14) conditions every block on time + SC-CFG + mode through
+adaptive norms instead of prepending control tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    depth: int = 12
+    width: int = 768
+    heads: int = 12
+    d: int = 512                  # embedding width (T5-small: 512)
+    bottleneck: int = 128
+    vocab_size: int = 32128
+    max_length: int = 1024
+    num_time_tokens: int = 4
+    num_cfg_tokens: int = 4
+    num_mode_tokens: int = 4
+    conditioning: str = "in_context"   # or "adaln"
+    decode_head: bool = True
+    time_freqs: int = 256
+    max_period: float = 10000.0
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        return int(4 * self.width * 2 / 3)
+
+    @property
+    def num_control_tokens(self) -> int:
+        if self.conditioning == "adaln":
+            return 0
+        return self.num_time_tokens + self.num_cfg_tokens + self.num_mode_tokens
+
+
+# Named sizes (paper Table 6); `d`, `vocab_size`, `max_length` come from the data.
+SIZES = {
+    "ELF-B": dict(depth=12, width=768, heads=12),
+    "ELF-M": dict(depth=24, width=1056, heads=16),
+    "ELF-L": dict(depth=32, width=1280, heads=16),
+}
+
+
+def model_config(size: str, extra_sizes: dict | None = None, **fields) -> ModelConfig:
+    """A ModelConfig from a named size plus the data-dependent fields."""
+    sizes = {**SIZES, **(extra_sizes or {})}
+    if size not in sizes:
+        raise KeyError(f"unknown model size '{size}'; known: {', '.join(sizes)}")
+    return replace(ModelConfig(), **{**sizes[size], **fields})
+
+
+# --------------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------------
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x * self.weight.float()).to(dtype)
+
+
+def sinusoidal(s: torch.Tensor, dim: int, max_period: float) -> torch.Tensor:
+    """[cos(s·f_j), sin(s·f_j)], f_j = max_period^(−j/(dim/2)); raw s (t in [0,1], w as given)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32,
+                                                           device=s.device) / half)
+    angles = s.float()[:, None] * freqs[None]                              # (B, half)
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+
+class ScalarEmbedder(nn.Module):
+    """MLP(sinusoidal(s)): linear → SiLU → linear (names follow the released checkpoints)."""
+
+    def __init__(self, width: int, freqs: int, max_period: float):
+        super().__init__()
+        self.freqs, self.max_period = freqs, max_period
+        self.mlp_0 = nn.Linear(freqs, width)
+        self.mlp_2 = nn.Linear(width, width)
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        emb = sinusoidal(s, self.freqs, self.max_period).to(self.mlp_0.weight.dtype)
+        return self.mlp_2(F.silu(self.mlp_0(emb)))                        # (B, W)
+
+
+def rope_tables(length: int, head_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of angle i·θ^(−2j/head_dim) for text position i and channel pair j, (L, head_dim/2)."""
+    inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
+    angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * inv_freq[None]
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_skip: int) -> torch.Tensor:
+    """Rotate interleaved channel pairs (2j, 2j+1) of the text positions; the first n_skip tokens
+    (control tokens) are left unrotated. x: (B, H, N, hd)."""
+    ctrl, text = x[:, :, :n_skip], x[:, :, n_skip:]
+    even, odd = text[..., 0::2].float(), text[..., 1::2].float()
+    rot_even = even * cos - odd * sin
+    rot_odd = even * sin + odd * cos
+    text = torch.stack([rot_even, rot_odd], dim=-1).flatten(-2).to(x.dtype)
+    return torch.cat([ctrl, text], dim=2)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.heads, self.head_dim = cfg.heads, cfg.head_dim
+        self.qkv = nn.Linear(cfg.width, 3 * cfg.width)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+        self.proj = nn.Linear(cfg.width, cfg.width)
+
+    def forward(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], n_ctrl: int):
+        B, N, W = h.shape
+        qkv = self.qkv(h).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]                                    # (B, H, N, hd)
+        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, *rope, n_ctrl), apply_rope(k, *rope, n_ctrl)
+        out = F.scaled_dot_product_attention(q, k, v)                      # no mask: spec §3
+        return self.proj(out.transpose(1, 2).reshape(B, N, W))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w12 = nn.Linear(cfg.width, 2 * cfg.mlp_hidden)
+        self.w3 = nn.Linear(cfg.mlp_hidden, cfg.width)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        a, b = self.w12(h).chunk(2, dim=-1)
+        return self.w3(F.silu(a) * b)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm1 = RMSNorm(cfg.width, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.norm2 = RMSNorm(cfg.width, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+        if cfg.conditioning == "adaln":
+            # adaLN-Zero (DiT): shift/scale/gate for attention and MLP from the condition vector.
+            self.adaLN_modulation = nn.Linear(cfg.width, 6 * cfg.width)
+
+    def forward(self, h, rope, n_ctrl, cond=None):
+        if cond is None:
+            h = h + self.attn(self.norm1(h), rope, n_ctrl)
+            return h + self.mlp(self.norm2(h))
+        shift1, scale1, gate1, shift2, scale2, gate2 = \
+            self.adaLN_modulation(F.silu(cond))[:, None].chunk(6, dim=-1)
+        h = h + gate1 * self.attn(self.norm1(h) * (1 + scale1) + shift1, rope, n_ctrl)
+        return h + gate2 * self.mlp(self.norm2(h) * (1 + scale2) + shift2)
+
+
+class TextProj(nn.Module):
+    """d → bottleneck (no bias) → width."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.proj1 = nn.Linear(cfg.d, cfg.bottleneck, bias=False)
+        self.proj2 = nn.Linear(cfg.bottleneck, cfg.width)
+
+    def forward(self, x):
+        return self.proj2(self.proj1(x))
+
+
+class FinalLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm_final = RMSNorm(cfg.width, cfg.norm_eps)
+        self.linear = nn.Linear(cfg.width, cfg.d)
+        if cfg.conditioning == "adaln":
+            self.adaLN_modulation = nn.Linear(cfg.width, 2 * cfg.width)
+
+    def forward(self, h, cond=None):
+        h = self.norm_final(h)
+        if cond is not None:
+            shift, scale = self.adaLN_modulation(F.silu(cond))[:, None].chunk(2, dim=-1)
+            h = h * (1 + scale) + shift
+        return self.linear(h)
+
+
+# --------------------------------------------------------------------------------------------------
+# The network
+# --------------------------------------------------------------------------------------------------
+
+class ELF(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        W, d = cfg.width, cfg.d
+        self.self_cond_proj = nn.Linear(2 * d, d)
+        self.text_proj = TextProj(cfg)
+        self.t_embedder = ScalarEmbedder(W, cfg.time_freqs, cfg.max_period)
+        self.self_cond_cfg_embedder = ScalarEmbedder(W, cfg.time_freqs, cfg.max_period)
+        if cfg.conditioning == "adaln":
+            self.mode_embedding = nn.Parameter(torch.zeros(1, W))
+        else:
+            self.t_emb_tokens = nn.Parameter(torch.zeros(1, cfg.num_time_tokens, W))
+            self.self_cond_cfg_tokens = nn.Parameter(torch.zeros(1, cfg.num_cfg_tokens, W))
+            self.mode_tokens = nn.Parameter(torch.zeros(1, cfg.num_mode_tokens, W))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
+        self.final_layer = FinalLayer(cfg)
+        if cfg.decode_head:
+            # Stored (in, out) as in the released checkpoints.
+            self.proj_kernel = nn.Parameter(torch.zeros(W, d))
+            self.proj_bias = nn.Parameter(torch.zeros(d))
+            self.unembed_kernel = nn.Parameter(torch.zeros(d, cfg.vocab_size))
+            self.unembed_bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.initialize_weights()
+
+    def initialize_weights(self) -> None:
+        # Xavier-uniform linears with zero biases (spec §3).
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        # Learned tokens and the time / SC-CFG MLPs: N(0, 0.02).
+        for name, param in self.named_parameters():
+            if name in ("t_emb_tokens", "self_cond_cfg_tokens", "mode_tokens", "mode_embedding"):
+                nn.init.normal_(param, std=0.02)
+        for emb in (self.t_embedder, self.self_cond_cfg_embedder):
+            nn.init.normal_(emb.mlp_0.weight, std=0.02)
+            nn.init.normal_(emb.mlp_2.weight, std=0.02)
+        # Decode head: xavier for the two bare kernels.
+        if self.cfg.decode_head:
+            nn.init.xavier_uniform_(self.proj_kernel)
+            nn.init.xavier_uniform_(self.unembed_kernel)
+        # Zero-initialised denoise head (and adaLN-Zero modulations).
+        nn.init.zeros_(self.final_layer.linear.weight)
+        nn.init.zeros_(self.final_layer.linear.bias)
+        for module in self.modules():
+            if hasattr(module, "adaLN_modulation"):
+                nn.init.zeros_(module.adaLN_modulation.weight)
+                nn.init.zeros_(module.adaLN_modulation.bias)
+
+    def forward(self, x_in: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
+                mode: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x_in (B, L, 2d) = [z ; x_sc]; t, w (B,); mode (B,) gate in {0, 1} (None = all off).
+        Returns x̂ (B, L, d) and the text hidden states h (B, L, W) for ``decode``."""
+        B, L, _ = x_in.shape
+        cfg = self.cfg
+        h = self.text_proj(self.self_cond_proj(x_in))                        # (B, L, W)
+        gate = torch.zeros(B, device=h.device, dtype=h.dtype) if mode is None else mode.to(h.dtype)
+        t_emb = self.t_embedder(t)                                           # (B, W)
+        w_emb = self.self_cond_cfg_embedder(w)                               # (B, W)
+        cond = None
+        if cfg.conditioning == "adaln":
+            cond = t_emb + w_emb + gate[:, None] * self.mode_embedding
+        else:
+            ctrl = torch.cat([
+                self.t_emb_tokens + t_emb[:, None],
+                self.self_cond_cfg_tokens + w_emb[:, None],
+                self.mode_tokens * gate[:, None, None],
+            ], dim=1).to(h.dtype)                                            # (B, 12, W)
+            h = torch.cat([ctrl, h], dim=1)                                  # (B, 12 + L, W)
+        n_ctrl = cfg.num_control_tokens
+        rope = rope_tables(L, cfg.head_dim, cfg.rope_theta, h.device)
+        for block in self.blocks:
+            h = block(h, rope, n_ctrl, cond)
+        h = h[:, n_ctrl:]                                                    # (B, L, W)
+        return self.final_layer(h, cond), h
+
+    def decode(self, h: torch.Tensor) -> torch.Tensor:
+        """Token logits from text hidden states (before the final norm), (..., L, V)."""
+        hidden = F.gelu(h @ self.proj_kernel.to(h.dtype) + self.proj_bias.to(h.dtype),
+                        approximate="tanh")
+        return hidden @ self.unembed_kernel.to(h.dtype) + self.unembed_bias.to(h.dtype)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
