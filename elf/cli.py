@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # DAG order; each name is a module under elf.stages.
-STAGES = ("corpora", "tokenizer", "encoder", "scorer", "embed", "train", "distill", "sample",
+STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "train", "distill", "sample",
           "trajectory", "score", "aggregate", "report", "audit")
 
 

@@ -54,6 +54,7 @@ class StepOutput:
     loss: torch.Tensor
     ce_loss: torch.Tensor
     l2_loss: torch.Tensor
+    sums: torch.Tensor  # [Σ CE·mask, Σ L2·mask, Σ mask on decode rows, Σ mask on denoise rows]
     parts: dict  # intermediates (detached), for tests and logging
 
 
@@ -76,8 +77,12 @@ def loss_mask(batch: dict, loss_covers_padding: bool) -> torch.Tensor:
 
 
 def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
-                  prediction: str = "x", loss_covers_padding: bool = False) -> StepOutput:
-    """The combined decode/denoise loss of spec §4 on one batch, given the step's draws."""
+                  prediction: str = "x", loss_covers_padding: bool = False,
+                  denominator: torch.Tensor | None = None) -> StepOutput:
+    """The combined decode/denoise loss of spec §4 on one batch, given the step's draws.
+
+    ``denominator`` overrides Σ mask: with gradient accumulation or DDP the loop passes the global
+    batch's mask sum so that the summed micro-batch losses equal the one-batch loss exactly."""
     src = batch["cond_seq_mask"][..., None] > 0                            # (B, L, 1)
     x0 = clean_embeddings(batch, draws.label_drop)
     t, w, dec = draws.t, draws.w, draws.decode_row
@@ -133,12 +138,14 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     mask = loss_mask(batch, loss_covers_padding)
     ce_sum = (ce_per_token * mask * dec[:, None]).sum()
     l2_sum = (l2_per_token * mask * (1 - dec[:, None])).sum()
-    loss = (ce_sum + l2_sum) / mask.sum().clamp_min(1)
-    ce_loss = ce_sum / (mask * dec[:, None]).sum().clamp_min(1)
-    l2_loss = l2_sum / (mask * (1 - dec[:, None])).sum().clamp_min(1)
+    denom = mask.sum().clamp_min(1) if denominator is None else denominator
+    loss = (ce_sum + l2_sum) / denom
+    ce_count, l2_count = (mask * dec[:, None]).sum(), (mask * (1 - dec[:, None])).sum()
+    ce_loss, l2_loss = ce_sum / ce_count.clamp_min(1), l2_sum / l2_count.clamp_min(1)
+    sums = torch.stack([ce_sum, l2_sum, ce_count, l2_count]).detach()
     parts = dict(z_t=z_t, z_decode=z_dec, t_main=t_main, x_hat_first=x_hat_first, sc_half=sc_half,
                  x_hat=x_hat.detach(), v_target=v_target, v_star=v_star,
                  l2_per_token=l2_per_token.detach(), ce_per_token=ce_per_token.detach(),
                  loss_mask=mask, decode_rows=decode_rows,
                  logits_decode_rows=None if logits is None else logits.detach())
-    return StepOutput(loss, ce_loss.detach(), l2_loss.detach(), parts)
+    return StepOutput(loss, ce_loss.detach(), l2_loss.detach(), sums, parts)

@@ -1,0 +1,266 @@
+"""The T5 encoder behind ELF's clean embeddings (spec §2): build, train, load, pair-check and mask it.
+
+No file I/O here; ``elf/stages/encoder.py`` reads the tokenizer and packed tokens and writes the folder.
+
+- ``build_t5`` / ``train_span_corruption`` / ``train_encoder``: the embedded default trains a small T5 here
+  with T5's span-corruption objective, then keeps its encoder (``T5EncoderModel``), which is saved with
+  ``save_pretrained`` so that ``T5EncoderModel.from_pretrained(folder)`` loads it exactly as
+  ``from_pretrained("t5-small")`` loads the paper's encoder on a cluster.
+- ``load_encoder`` / ``check_pairing``: load a frozen encoder by name or path; refuse a tokenizer that does not
+  belong to it.
+- ``encoder_mask_4d``: the per-query (2-D) attention mask of conditional encoding, in the 4-D additive form
+  transformers 5 accepts for T5.
+
+Sentinels. The tokenizer built here has no ``<extra_id_*>`` tokens, so span corruption reserves the top
+``n_sentinels`` ids of an enlarged vocabulary: the T5 is built with ``len(tokenizer) + n_sentinels`` rows
+and sentinel k (the k-th masked span of a sequence) is id ``len(tokenizer) + n_sentinels - 1 - k`` (counting
+down from the top, as T5's ``<extra_id_0>`` = 32099 does). The saved encoder therefore has more embedding
+rows than the tokenizer has ids — as ``t5-small`` does (32128 rows, 32100 tokens) — and the extra rows are
+never produced by the tokenizer.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+from tqdm.auto import tqdm
+from transformers import T5Config, T5EncoderModel, T5ForConditionalGeneration
+
+from elf.config import EncoderSettings
+
+PAD_ID = 0
+EOS_ID = 1
+N_SENTINELS = 100  # T5's number of <extra_id_*> tokens
+IGNORE_INDEX = -100  # label value the T5 loss skips
+
+
+# --------------------------------------------------------------------------------------------------
+# Model construction
+# --------------------------------------------------------------------------------------------------
+
+def build_t5(settings: EncoderSettings, vocab_size: int) -> T5ForConditionalGeneration:
+    """A small T5 (encoder and decoder of ``settings.layers`` layers each) with pad 0, EOS 1 and decoder
+    start 0, as ``t5-small``. Dropout is off (T5 v1.1 pre-trains without it); weights come from the global
+    torch RNG, so seed it (``train_span_corruption`` does)."""
+    if settings.d_model % settings.heads:
+        raise ValueError(f"encoder d_model {settings.d_model} is not divisible by heads {settings.heads}")
+    config = T5Config(
+        vocab_size=vocab_size, d_model=settings.d_model, d_kv=settings.d_model // settings.heads,
+        d_ff=settings.d_ff, num_layers=settings.layers, num_decoder_layers=settings.layers,
+        num_heads=settings.heads, dropout_rate=0.0, feed_forward_proj="relu",
+        pad_token_id=PAD_ID, eos_token_id=EOS_ID, decoder_start_token_id=PAD_ID,
+        tie_word_embeddings=True)
+    return T5ForConditionalGeneration(config)
+
+
+def encoder_part(model: T5ForConditionalGeneration) -> T5EncoderModel:
+    """A ``T5EncoderModel`` holding copies of ``model``'s shared embedding and encoder weights."""
+    config = copy.deepcopy(model.config)
+    with torch.random.fork_rng(devices=[]):  # its throw-away init must not move the caller's RNG
+        encoder = T5EncoderModel(config)
+    wanted = {k: v for k, v in model.state_dict().items() if k.startswith(("shared.", "encoder."))}
+    missing, unexpected = encoder.load_state_dict(wanted, strict=False)
+    missing = [k for k in missing if k != "encoder.embed_tokens.weight"]  # tied to shared.weight
+    if missing or unexpected:
+        raise RuntimeError(f"encoder copy mismatch: missing {missing}, unexpected {unexpected}")
+    return encoder.eval()
+
+
+# --------------------------------------------------------------------------------------------------
+# Span corruption (T5 pre-training objective)
+# --------------------------------------------------------------------------------------------------
+
+def sentinel_ids(vocab_size: int, n_sentinels: int = N_SENTINELS) -> list[int]:
+    """Sentinel ids of a tokenizer with ``vocab_size`` ids: the top ``n_sentinels`` ids of the enlarged
+    vocabulary, the first sentinel being the highest id (module docstring)."""
+    top = vocab_size + n_sentinels - 1
+    return [top - k for k in range(n_sentinels)]
+
+
+def _random_segments(total: int, n_segments: int, generator: torch.Generator) -> list[int]:
+    """Split ``total`` items into ``n_segments`` positive lengths, uniformly over compositions."""
+    if n_segments == 1:
+        return [total]
+    cuts = torch.randperm(total - 1, generator=generator)[: n_segments - 1] + 1
+    bounds = [0] + sorted(cuts.tolist()) + [total]
+    return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _noise_span_mask(n_tokens: int, noise_density: float, mean_span: float, max_spans: int,
+                     generator: torch.Generator) -> torch.Tensor:
+    """T5's ``random_spans_noise_mask``: a bool (n_tokens,) mask with round(density·n) noise tokens in
+    round(noise / mean_span) spans, alternating [keep, noise, keep, noise, ...] starting with kept tokens.
+    The span count is capped at ``max_spans`` (one sentinel per span)."""
+    n_noise = min(max(round(n_tokens * noise_density), 1), n_tokens - 1)
+    n_spans = min(max(round(n_noise / mean_span), 1), max_spans, n_noise, n_tokens - n_noise)
+    noise_lengths = _random_segments(n_noise, n_spans, generator)
+    keep_lengths = _random_segments(n_tokens - n_noise, n_spans, generator)
+    mask = torch.zeros(n_tokens, dtype=torch.bool)
+    position = 0
+    for keep, noise in zip(keep_lengths, noise_lengths):
+        position += keep
+        mask[position: position + noise] = True
+        position += noise
+    return mask
+
+
+def _corrupt_row(tokens: torch.Tensor, noise: torch.Tensor, sentinels: Sequence[int]
+                 ) -> tuple[list[int], list[int]]:
+    """Encoder input (kept tokens, one sentinel per noise span) and labels (sentinel + span, ..., EOS)."""
+    inputs, labels, span = [], [], -1
+    noise = noise.tolist()
+    for i, token in enumerate(tokens.tolist()):
+        if noise[i] and (i == 0 or not noise[i - 1]):  # a span starts
+            span += 1
+            inputs.append(sentinels[span])
+            labels.append(sentinels[span])
+        (labels if noise[i] else inputs).append(token)
+    labels.append(EOS_ID)
+    return inputs, labels
+
+
+def span_corruption(input_ids: torch.Tensor, attention_mask: torch.Tensor, generator: torch.Generator,
+                    noise_density: float = 0.15, mean_span: float = 3.0,
+                    sentinel_ids: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+    """T5 span corruption of a batch.
+
+    input_ids, attention_mask: (B, L); only positions with ``attention_mask > 0`` are real tokens (they are
+    taken in order; padding is dropped). Returns ``encoder_input_ids`` (B, L_in), right-padded with PAD_ID,
+    and ``labels`` (B, L_out), right-padded with -100 (ignored by the T5 loss). A row with fewer than two real
+    tokens is left uncorrupted with labels ``[EOS]``. Deterministic given ``generator``.
+    """
+    sentinel_ids = [int(s) for s in sentinel_ids]
+    if not sentinel_ids:
+        raise ValueError("span_corruption needs sentinel_ids (see sentinel_ids())")
+    encoder_rows, label_rows = [], []
+    for tokens, valid in zip(input_ids, attention_mask > 0):
+        tokens = tokens[valid]
+        if len(tokens) < 2:
+            encoder_rows.append(tokens.tolist())
+            label_rows.append([EOS_ID])
+            continue
+        noise = _noise_span_mask(len(tokens), noise_density, mean_span, len(sentinel_ids), generator)
+        inputs, labels = _corrupt_row(tokens, noise, sentinel_ids)
+        encoder_rows.append(inputs)
+        label_rows.append(labels)
+    return _pad_rows(encoder_rows, PAD_ID), _pad_rows(label_rows, IGNORE_INDEX)
+
+
+def _pad_rows(rows: list[list[int]], fill: int) -> torch.Tensor:
+    width = max(1, max(len(r) for r in rows))
+    out = torch.full((len(rows), width), fill, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------------
+
+def _check_special_ids(tokenizer) -> None:
+    if tokenizer.pad_token_id != PAD_ID or tokenizer.eos_token_id != EOS_ID:
+        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has pad id {tokenizer.pad_token_id} and "
+                         f"eos id {tokenizer.eos_token_id}; the T5 conventions need pad {PAD_ID}, eos {EOS_ID}")
+
+
+def train_span_corruption(settings: EncoderSettings, tokenizer, train_input_ids: torch.Tensor,
+                          attention_mask: torch.Tensor, progress: bool = True,
+                          n_sentinels: int = N_SENTINELS) -> tuple[T5ForConditionalGeneration, list[float]]:
+    """Train ``build_t5`` on span corruption of ``train_input_ids`` (N, L) with AdamW (constant
+    ``settings.lr``, no weight decay, grad-norm clip 1.0), CPU fp32. Each step draws ``settings.batch_size``
+    rows uniformly with replacement. Everything random (init, rows, spans) follows ``settings.seed``.
+    Returns the whole T5 and the per-step losses."""
+    _check_special_ids(tokenizer)
+    vocab_size = len(tokenizer)
+    sentinels = sentinel_ids(vocab_size, n_sentinels)
+    with torch.random.fork_rng(devices=[]):  # HF initialises from the global RNG
+        torch.manual_seed(settings.seed)
+        model = build_t5(settings, vocab_size + n_sentinels)
+    generator = torch.Generator().manual_seed(settings.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
+    input_ids, attention_mask = train_input_ids.long(), attention_mask.long()
+    model.train()
+    losses: list[float] = []
+    bar = tqdm(range(settings.steps), desc="encoder span corruption", disable=not progress)
+    for _ in bar:
+        rows = torch.randint(0, len(input_ids), (settings.batch_size,), generator=generator)
+        encoder_ids, labels = span_corruption(input_ids[rows], attention_mask[rows], generator,
+                                              sentinel_ids=sentinels)
+        loss = model(input_ids=encoder_ids, attention_mask=(encoder_ids != PAD_ID).long(),
+                     labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    return model.eval(), losses
+
+
+def train_encoder(settings: EncoderSettings, tokenizer, train_input_ids: torch.Tensor,
+                  attention_mask: torch.Tensor, progress: bool = True) -> T5EncoderModel:
+    """Span-corruption training (``train_span_corruption``), then the trained encoder part."""
+    model, _ = train_span_corruption(settings, tokenizer, train_input_ids, attention_mask, progress)
+    return encoder_part(model)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading and pairing
+# --------------------------------------------------------------------------------------------------
+
+def load_encoder(name_or_path: str) -> T5EncoderModel:
+    """A T5 encoder by hub id (``t5-small``) or saved folder, fp32, in eval mode, with gradients off."""
+    encoder = T5EncoderModel.from_pretrained(name_or_path, dtype=torch.float32)
+    encoder.eval()
+    encoder.requires_grad_(False)
+    return encoder
+
+
+def check_pairing(tokenizer, encoder: T5EncoderModel) -> None:
+    """Refuse a wrong tokenizer/encoder pairing: raise ValueError naming both when the tokenizer has more
+    ids than the encoder has embedding rows, or its pad/eos ids differ from the encoder config's."""
+    rows = encoder.get_input_embeddings().num_embeddings
+    names = (f"tokenizer {tokenizer.name_or_path!r} and encoder "
+             f"{getattr(encoder.config, '_name_or_path', '') or '<unsaved>'!r}")
+    problems = []
+    if len(tokenizer) > rows:
+        problems.append(f"the tokenizer has {len(tokenizer)} ids but the encoder only {rows} embedding rows")
+    for what in ("pad", "eos"):
+        tok_id = getattr(tokenizer, f"{what}_token_id")
+        enc_id = getattr(encoder.config, f"{what}_token_id")
+        if tok_id != enc_id:
+            problems.append(f"{what} id {tok_id} (tokenizer) != {enc_id} (encoder)")
+    if problems:
+        raise ValueError(f"{names} do not belong together: " + "; ".join(problems))
+
+
+# --------------------------------------------------------------------------------------------------
+# Conditional attention mask (spec §2)
+# --------------------------------------------------------------------------------------------------
+
+def encoder_mask_4d(attention_mask: torch.Tensor, cond_seq_mask: torch.Tensor,
+                    drop_source: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """The encoder's per-query mask as a (B, 1, L, L) additive mask: 0 allowed, finfo(dtype).min not.
+
+    Spec §2: source rows attend to valid source columns only; every other row attends to every valid
+    column, except that for ``drop_source`` rows it may not attend to source columns. "Every other row"
+    includes padding query rows, as in the released code (checked against the parity fixture's
+    ``encoder_attention_mask``); for unconditional data this is exactly HF's usual 2-D padding mask.
+    A row that would see no column at all (an all-padding sequence, or a dropped-source row without
+    target tokens) attends to itself only, so the softmax stays finite; such rows never enter the loss.
+    """
+    valid = attention_mask > 0  # (B, L)
+    source = (cond_seq_mask > 0) & valid  # (B, L)
+    if drop_source is None:
+        drop_source = torch.zeros(valid.shape[0], dtype=torch.bool, device=valid.device)
+    drop_source = drop_source.bool().view(-1, 1, 1)
+    source_row = (cond_seq_mask > 0)[:, :, None]  # (B, L, 1)
+    allowed = torch.where(source_row, source[:, None, :],
+                          valid[:, None, :] & ~(drop_source & source[:, None, :]))  # (B, L, L)
+    blind = ~allowed.any(dim=-1, keepdim=True)  # (B, L, 1)
+    allowed = allowed | (blind & torch.eye(valid.shape[1], dtype=torch.bool, device=valid.device))
+    additive = torch.zeros(allowed.shape, dtype=dtype, device=valid.device)
+    return additive.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]  # (B, 1, L, L)

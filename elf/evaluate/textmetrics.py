@@ -1,0 +1,62 @@
+"""Conditional-task metrics (spec §6): sacreBLEU for translation, rouge-score ROUGE for summarization.
+
+- BLEU: sacreBLEU corpus BLEU, lowercased, effective order (the signature records both: ``case:lc``,
+  ``eff:yes``), default 13a tokenisation, one reference per hypothesis.
+- ROUGE-1/2/L: Google's ``rouge_score`` with the Porter stemmer; mean F1 × 100 over examples and its
+  standard error over examples (sample std, ddof = 1, / sqrt(n); 0 for one example).
+
+    from elf.evaluate.textmetrics import bleu, rouge
+    score, signature = bleu(hypotheses, references)
+    rouge(hypotheses, references)   # {"rouge1", "rouge1_se", ..., "rougeL_se", "n_examples"}
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+BLEU_SETTINGS = {"lowercase": True, "effective_order": True}
+ROUGE_SETTINGS = {"rouge_types": list(ROUGE_TYPES), "use_stemmer": True, "statistic": "fmeasure"}
+
+
+def _check_pairs(hyps: Sequence[str], refs: Sequence[str]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+    if not hyps:
+        raise ValueError("no examples to score")
+
+
+def bleu(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:
+    """Corpus BLEU (0–100) of ``hyps`` against one reference each, and the sacreBLEU signature."""
+    from sacrebleu.metrics import BLEU  # imported on use: `elf aggregate` needs only mean_and_se
+
+    _check_pairs(hyps, refs)
+    metric = BLEU(**BLEU_SETTINGS)
+    result = metric.corpus_score(list(hyps), [list(refs)])
+    return float(result.score), str(metric.get_signature())
+
+
+def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (sample std with ddof = 1, / sqrt(n)); SE 0 for a single value."""
+    n = len(values)
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(variance / n)
+
+
+def rouge(hyps: Sequence[str], refs: Sequence[str]) -> dict:
+    """Mean ROUGE-1/2/L F1 × 100 over examples, with ``<type>_se`` and ``n_examples``."""
+    from rouge_score import rouge_scorer
+
+    _check_pairs(hyps, refs)
+    scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+    per_example = [scorer.score(ref, hyp) for hyp, ref in zip(hyps, refs)]  # score(target, prediction)
+    result: dict = {}
+    for rouge_type in ROUGE_TYPES:
+        mean, se = mean_and_se([100.0 * s[rouge_type].fmeasure for s in per_example])
+        result[rouge_type], result[f"{rouge_type}_se"] = mean, se
+    result["n_examples"] = len(per_example)
+    return result

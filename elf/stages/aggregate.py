@@ -1,0 +1,76 @@
+"""``elf aggregate``: mean ± standard error across evaluation seeds of one (run, sampler) (spec §6).
+
+Reads the score files of ``elf score`` (one per seed; the seed is taken from each file's samples header,
+else the file name); writes ``--out`` (atomically):
+``{"provenance": {..., "scores": [{"path", "sha256"}, ...]}, "run", "sampler",
+"metrics": {name: {"mean", "se", "n", "per_seed": {"<seed>": value}}}}``; SE = sample std (ddof = 1) /
+sqrt(n) across seeds; with one seed SE is 0.0 and ``se_note`` says so. ROUGE metrics also carry the
+per-example SE (``se_examples``, and ``rouge1_se`` ... as metrics of their own); BLEU's sacreBLEU
+signature is kept as ``bleu_signature``.
+
+    elf aggregate --scores results/scores/owt-b/ode64/seed*.json --run owt-b --sampler ode64 \
+        --out results/scores/owt-b/ode64/aggregate.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from elf.cli import ElfError
+from elf.evaluate.aggregate import aggregate_metrics
+from elf.io import provenance, read_json, sha256_file, write_json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("aggregate", help="mean ± SE of score files across seeds",
+                                   description=__doc__)
+    parser.add_argument("--scores", nargs="+", required=True, help="score JSON files, one per seed")
+    parser.add_argument("--run", required=True, help="run name (checked against the samples headers)")
+    parser.add_argument("--sampler", required=True, help="sampler name (checked likewise)")
+    parser.add_argument("--out", required=True, help="aggregate JSON to write")
+    parser.set_defaults(func=run)
+
+
+def seed_label(path: str, score: dict) -> str:
+    """The evaluation seed of a score file: its samples header's ``seed``, else the file's stem."""
+    seed = score.get("samples_provenance", {}).get("seed")
+    return str(seed) if seed is not None else Path(path).stem
+
+
+def check_names(path: str, score: dict, run_name: str, sampler: str) -> None:
+    """A score file whose samples name another run or sampler is a wiring mistake."""
+    header = score.get("samples_provenance", {})
+    for key, expected in (("run", run_name), ("sampler", sampler)):
+        if header.get(key) is not None and str(header[key]) != expected:
+            raise ElfError(f"{path}: its samples are of {key} '{header[key]}', not '{expected}'")
+
+
+def run(args) -> None:
+    metrics_by_seed, sources, signatures = {}, [], set()
+    for path in args.scores:
+        try:
+            score = read_json(path)
+        except (OSError, json.JSONDecodeError) as err:
+            raise ElfError(f"--scores {path}: cannot read ({err})") from err
+        if not isinstance(score.get("metrics"), dict):
+            raise ElfError(f"--scores {path}: no 'metrics' mapping (not an `elf score` output?)")
+        check_names(path, score, args.run, args.sampler)
+        seed = seed_label(path, score)
+        if seed in metrics_by_seed:
+            raise ElfError(f"--scores {path}: seed {seed} is given twice")
+        metrics_by_seed[seed] = score["metrics"]
+        sources.append({"path": str(path), "sha256": sha256_file(path)})
+        if "bleu_signature" in score["metrics"]:
+            signatures.add(score["metrics"]["bleu_signature"])
+    try:
+        metrics = aggregate_metrics(metrics_by_seed)
+    except ValueError as err:
+        raise ElfError(f"--scores: {err}") from err
+    result = {"provenance": provenance(scores=sources), "run": args.run, "sampler": args.sampler,
+              "metrics": metrics}
+    if signatures:
+        if len(signatures) > 1:
+            raise ElfError(f"--scores: BLEU computed with different settings: {sorted(signatures)}")
+        result["bleu_signature"] = signatures.pop()
+    write_json(args.out, result)

@@ -1,0 +1,160 @@
+"""``elf score``: score one samples file (or real held-out text) and write its metrics JSON (spec §6).
+
+Reads a samples file (elf/evaluate/samples.py format) and, for unconditional samples, a scorer folder or
+hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomically):
+``{"provenance": {...}, "samples_provenance": <samples header>, "metrics": {...}}`` with
+- unconditional: gen_ppl, entropy, n_samples, n_empty, n_scored_tokens (Gen. PPL under the scorer,
+  64 samples a batch as the released scorer; entropy of the scorer's token ids, both truncated at
+  ``--max-length`` or the scorer's context);
+- translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
+- summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
+Non-finite values (nothing scored) are written as null.
+
+``--reference-texts`` scores real text instead — the figures' "Dataset" line: a ``datasets`` folder
+(column ``text``, split ``--split``, default test; first ``--n`` rows) or a JSONL file of ``text`` rows.
+Documents are cut at the same ``--max-length`` as samples; pass the samples' length in scorer tokens
+there to make the line comparable (unigram entropy grows with length).
+
+    elf score --samples results/samples/owt-b/ode64/seed0.jsonl --task unconditional \
+        --scorer results/scorer --out results/scores/owt-b/ode64/seed0.json
+    elf score --reference-texts results/data/owt --n 1000 --scorer results/scorer \
+        --out results/scores/dataset.json
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from elf.cli import ElfError
+from elf.evaluate.samples import SamplesFormatError, read_samples, read_text_column, texts_sha256
+from elf.io import provenance, sha256_file, sha256_json, write_json
+from elf.stages.scorer import resolve_device
+
+# Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
+# `elf --help` imports every stage module.
+TASKS = ("unconditional", "translation", "summarization")
+GPT2_CONTEXT = 1024  # = elf.evaluate.genppl.GPT2_CONTEXT, the released scorer's truncation
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("score", help="Gen. PPL/entropy, BLEU or ROUGE of a samples file",
+                                   description=__doc__)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--samples", help="samples JSONL file (written by `elf sample`)")
+    source.add_argument("--reference-texts", help="real text to score: datasets folder or JSONL file")
+    parser.add_argument("--task", choices=TASKS, default="unconditional", help="which metrics")
+    parser.add_argument("--scorer", help="scorer folder or hub name (unconditional)")
+    parser.add_argument("--out", required=True, help="score JSON to write")
+    parser.add_argument("--batch-size", type=int, default=64, help="scorer batch (released: 64)")
+    parser.add_argument("--max-length", type=int, default=GPT2_CONTEXT,
+                        help="truncation of retokenised samples (released: 1024)")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
+    parser.add_argument("--n", type=int, default=1000, help="--reference-texts: rows scored")
+    parser.add_argument("--split", default="test", help="--reference-texts: dataset split")
+    parser.set_defaults(func=run)
+
+
+# --------------------------------------------------------------------------------------------------
+# Metrics per task
+# --------------------------------------------------------------------------------------------------
+
+def scorer_fingerprint(name_or_path: str, model) -> dict:
+    """sha256 of a local scorer's weight/tokenizer files, or a config hash for a hub name."""
+    folder = Path(name_or_path)
+    if folder.is_dir():
+        files = sorted(f for f in folder.iterdir() if f.is_file() and f.name != "provenance.json")
+        return {"scorer_sha256": sha256_json({f.name: sha256_file(f) for f in files})}
+    return {"scorer_config_sha256": sha256_json(model.config.to_dict()),
+            "scorer_revision": getattr(model.config, "_commit_hash", None)}
+
+
+def unconditional_metrics(texts: list[str], args) -> tuple[dict, dict, dict]:
+    """(metrics, metrics_settings, scorer provenance fields) for Gen. PPL and entropy."""
+    from elf.evaluate.entropy import text_entropy
+    from elf.evaluate.genppl import gen_ppl, scoring_context
+    from elf.evaluate.scorer import load_scorer
+
+    if not args.scorer:
+        raise ElfError("--scorer is required for unconditional scoring")
+    device = resolve_device(args.device)
+    try:
+        model, tokenizer = load_scorer(args.scorer, device)
+    except OSError as err:
+        raise ElfError(f"--scorer {args.scorer}: cannot load ({err})") from err
+    context = scoring_context(model, args.max_length)
+    ppl = gen_ppl(texts, model, tokenizer, batch_size=args.batch_size, device=device,
+                  max_length=context)
+    entropy = text_entropy(texts, tokenizer, max_length=context)  # the ids the scorer saw
+    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"], "n_samples": len(texts),
+               "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
+    settings = {"batch_size": args.batch_size, "context": context,
+                "padding": "right, EOS, to the batch's longest",
+                "counted": "non-EOS targets from position 1 plus each row's first EOS",
+                "autocast": "bfloat16" if device.type == "cuda" else "none (float32)",
+                "device": str(device), "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
+    return metrics, settings, {"scorer": str(args.scorer), **scorer_fingerprint(args.scorer, model)}
+
+
+def conditional_metrics(rows: list[dict], task: str) -> tuple[dict, dict]:
+    """(metrics, metrics_settings) for translation (BLEU) or summarization (ROUGE)."""
+    from elf.evaluate.textmetrics import BLEU_SETTINGS, ROUGE_SETTINGS, bleu, rouge
+
+    missing = [row.get("i", n) for n, row in enumerate(rows) if not isinstance(row.get("reference"), str)]
+    if missing:
+        raise ElfError(f"{task} scoring needs a 'reference' on every sample; missing on i={missing[:5]}")
+    hyps, refs = [row["text"] for row in rows], [row["reference"] for row in rows]
+    if task == "translation":
+        score, signature = bleu(hyps, refs)
+        return {"bleu": score, "bleu_signature": signature, "n_examples": len(rows)}, BLEU_SETTINGS
+    return rouge(hyps, refs), ROUGE_SETTINGS
+
+
+def finite_or_none(metrics: dict) -> dict:
+    """JSON has no NaN: a metric with nothing to average becomes null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------------
+
+def run(args) -> None:
+    if args.batch_size < 1 or args.max_length < 2 or args.n < 1:
+        raise ElfError("--batch-size and --n must be >= 1, --max-length >= 2")
+    if args.reference_texts:
+        run_reference(args)
+        return
+    try:
+        samples_header, rows = read_samples(args.samples)
+    except (SamplesFormatError, FileNotFoundError) as err:
+        raise ElfError(f"--samples: {err}") from err
+    if not rows:
+        raise ElfError(f"--samples {args.samples}: the file holds no samples")
+    scorer_fields: dict = {}
+    if args.task == "unconditional":
+        metrics, settings, scorer_fields = unconditional_metrics([row["text"] for row in rows], args)
+    else:
+        metrics, settings = conditional_metrics(rows, args.task)
+    record = provenance(samples=str(args.samples), samples_sha256=sha256_file(args.samples),
+                        task=args.task, metrics_settings=settings, **scorer_fields)
+    write_json(args.out, {"provenance": record, "samples_provenance": samples_header,
+                          "metrics": finite_or_none(metrics)})
+
+
+def run_reference(args) -> None:
+    """Score real held-out text (the figures' "Dataset" line) in the same output format."""
+    if args.task != "unconditional":
+        raise ElfError("--reference-texts scores Gen. PPL and entropy: use --task unconditional")
+    try:
+        texts, split = read_text_column(args.reference_texts, (args.split,), args.n)
+    except (SamplesFormatError, FileNotFoundError) as err:
+        raise ElfError(f"--reference-texts: {err}") from err
+    if not texts:
+        raise ElfError(f"--reference-texts {args.reference_texts}: no rows to score")
+    metrics, settings, scorer_fields = unconditional_metrics(texts, args)
+    data = {"kind": "reference_texts", "dataset": str(args.reference_texts), "split": split,
+            "n": len(texts), "texts_sha256": texts_sha256(texts)}
+    record = provenance(reference_texts=data, task=args.task, metrics_settings=settings, **scorer_fields)
+    write_json(args.out, {"provenance": record, "samples_provenance": data,
+                          "metrics": finite_or_none(metrics)})

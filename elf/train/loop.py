@@ -1,0 +1,170 @@
+"""The training loop (spec §4): draws, objective, clipping, optimiser, EMA, checkpoints, DDP.
+
+Plain and linear in the manner of nanoGPT's ``train.py``. Exactness properties the tests rely on:
+- every random draw of a step is made for the *global* batch from one seeded CPU generator, and each
+  rank / micro-batch takes its rows, so 1 process and N DDP processes (or grad accumulation) see
+  identical draws;
+- the loss is normalised by the global batch's mask sum, so summed micro-batch / rank losses equal
+  the single-batch loss;
+- ``resume/state.pt`` holds weights, optimiser, EMA, step, data position and the generator state, so
+  a killed run resumes bitwise-identically on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from elf.config import RunSettings
+from elf.flow.objective import draw_step, loss_mask, training_step
+from elf.io import sha256_json
+from elf.train.checkpoint import clear_resume, load_resume, save_final, save_resume
+from elf.train.optim import EMA, build_optimizer, clip_grad_norm, lr_at
+
+
+class BatchSource(Protocol):
+    """Yields this rank's rows of successive global micro-batches; resumable."""
+    def __iter__(self) -> Iterator[dict]: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def init_distributed() -> tuple[int, int, torch.device]:
+    """Rank, world size and device; joins the process group when launched by ``torchrun``."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world_size > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return rank, world_size, device
+
+
+def _all_reduce(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    if world_size > 1:
+        dist.all_reduce(x)
+    return x
+
+
+class CrashForTest(RuntimeError):
+    """Raised by ``train(..., crash_after_step=k)`` to simulate a killed job in tests."""
+
+
+def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_dir: Path, meta: dict,
+          *, loss_covers_padding: bool, seq_shape: tuple[int, int], rank: int = 0,
+          world_size: int = 1, device: torch.device | str = "cpu", progress: bool = True,
+          crash_after_step: int | None = None) -> None:
+    """Train ``model`` per ``run`` and write the final checkpoint into ``out_dir``.
+
+    ``seq_shape`` = (L, d) of one sequence's embeddings; ``meta`` goes into ``config.json``.
+    """
+    out_dir = Path(out_dir)
+    device = torch.device(device)
+    b, o = run.budget, run.optim
+    micro_global = b.batch_size // b.grad_accum
+    if micro_global * b.grad_accum != b.batch_size or micro_global % world_size:
+        raise ValueError(f"batch_size {b.batch_size} must split into grad_accum {b.grad_accum} "
+                         f"micro-batches divisible by {world_size} processes")
+    micro_local = micro_global // world_size
+    rows = slice(rank * micro_local, (rank + 1) * micro_local)
+    model.to(device)
+    generator = torch.Generator().manual_seed(b.seed)
+    ema = EMA(model, o.ema_decay, o.ema_warmup)
+    optimizer = build_optimizer(model.named_parameters(), o, lr_at(1, o, b.batch_size))
+    run_hash = sha256_json(meta)
+    step = 0
+    state = load_resume(out_dir)
+    if state is not None and state["run_hash"] == run_hash:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        ema.load_state_dict(state["ema"])
+        batches.load_state_dict(state["data"])
+        generator.set_state(state["generator"])
+        step = int(state["step"])
+    net = model
+    if world_size > 1:
+        net = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    forward = torch.compile(net) if b.compile else net
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" \
+        else contextlib.nullcontext()
+    log_path = out_dir / "train_log.jsonl"
+    if rank == 0:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _truncate_log(log_path, step)
+    data = iter(batches)
+    bar = tqdm(total=b.steps, initial=step, disable=not progress or rank != 0, desc="train",
+               unit="step")
+    tokens_per_step = b.batch_size * seq_shape[0]
+    t_last = time.perf_counter()
+    while step < b.steps:
+        micro = [{k: v.to(device, non_blocking=True) for k, v in next(data).items()}
+                 for _ in range(b.grad_accum)]
+        denom = sum(loss_mask(m, loss_covers_padding).sum() for m in micro)
+        denom = _all_reduce(denom.clone().float(), world_size).clamp_min(1)
+        sums = torch.zeros(4, device=device)
+        for i, batch in enumerate(micro):
+            draws = draw_step((micro_global, *seq_shape), run.objective, generator)
+            draws = type(draws)(**{k: v[rows] for k, v in vars(draws).items()}).to(device)
+            sync = contextlib.nullcontext() if (world_size == 1 or i == b.grad_accum - 1) \
+                else net.no_sync()
+            with sync, autocast:
+                out = training_step(forward, batch, draws, run.objective,
+                                    prediction=run.model.prediction,
+                                    loss_covers_padding=loss_covers_padding, denominator=denom)
+                # DDP averages gradients over ranks; the loss is already globally normalised.
+                (out.loss * world_size).backward()
+            sums += out.sums.float()
+        sums = _all_reduce(sums, world_size)
+        grad_norm, _ = clip_grad_norm(model.parameters(), o.grad_clip)
+        lr = lr_at(step + 1, o, b.batch_size)
+        optimizer.set_lr(lr)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        ema.update(model)
+        step += 1
+        bar.update(1)
+        if rank == 0 and (step % b.log_every == 0 or step == b.steps):
+            now = time.perf_counter()
+            record = dict(step=step, loss=float((sums[0] + sums[1]) / denom),
+                          ce_loss=float(sums[0] / sums[2].clamp_min(1)),
+                          l2_loss=float(sums[1] / sums[3].clamp_min(1)),
+                          grad_norm=float(grad_norm), lr=lr,
+                          tokens_per_s=tokens_per_step * b.log_every / max(now - t_last, 1e-9))
+            t_last = now
+            bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
+            with open(log_path, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+        if step % b.checkpoint_every == 0 and step < b.steps and rank == 0:
+            save_resume(out_dir, dict(run_hash=run_hash, step=step, model=model.state_dict(),
+                                      optimizer=optimizer.state_dict(), ema=ema.state_dict(),
+                                      data=batches.state_dict(), generator=generator.get_state()))
+        if world_size > 1:
+            dist.barrier()
+        if crash_after_step is not None and step == crash_after_step:
+            raise CrashForTest(f"simulated crash after step {step}")
+    bar.close()
+    if rank == 0:
+        save_final(out_dir, model.state_dict(), ema.shadow, meta)
+        clear_resume(out_dir)
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Keep only log lines up to ``step`` (a resumed run rewrites what came after)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept))

@@ -1,0 +1,138 @@
+"""The embedded GPT-2 scorer: it trains (loss falls), round-trips through from_pretrained, and
+``elf score`` scores a samples file and real text with it end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import datasets
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from elf.cli import main
+from elf.config import ScorerSettings
+from elf.evaluate.entropy import text_entropy
+from elf.evaluate.genppl import GPT2_CONTEXT, gen_ppl
+from elf.evaluate.samples import read_samples, write_samples
+from elf.evaluate.scorer import (EOS_TOKEN, load_scorer, pack_documents, save_scorer,
+                                 train_bpe_tokenizer, train_scorer_model)
+from elf.io import read_json, sha256_file
+from elf.stages import score as score_stage
+
+SETTINGS = {"vocab_size": 300, "layers": 1, "width": 32, "heads": 2, "steps": 40, "batch_size": 8,
+            "context": 32, "lr": 3e-3, "seed": 0}
+SUBJECTS = ["the cat", "a dog", "my friend", "the teacher", "our neighbour"]
+VERBS = ["sees", "likes", "finds", "paints", "follows"]
+OBJECTS = ["the river", "a red ball", "the old house", "some bread", "the moon"]
+
+
+def sentences(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
+                     for _ in range(rng.randint(2, 5))) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "owt"
+    splits = {"train": ["zzz qqq"] * 5, "heldout": sentences(1, 80), "test": sentences(2, 12)}
+    datasets.DatasetDict({k: datasets.Dataset.from_dict({"text": v})
+                          for k, v in splits.items()}).save_to_disk(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def scorer_dir(corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("scorer") / "scorer"
+    assert main(["scorer", "--settings", json.dumps(SETTINGS), "--corpus", str(corpus),
+                 "--out", str(out), "--device", "cpu"]) == 0
+    return out
+
+
+def test_pack_documents_joins_with_eos():
+    backend = Tokenizer(models.WordLevel({EOS_TOKEN: 0, "a": 1, "b": 2, "c": 3}, unk_token=EOS_TOKEN))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=EOS_TOKEN)
+    blocks = pack_documents(["a b", "c", "b b"], tokenizer, context=3)
+    assert blocks.tolist() == [[1, 2, 0], [3, 0, 2]]  # stream a b E c E b b E, tail dropped
+
+
+def test_scorer_stage_trains_on_heldout(scorer_dir):
+    record = read_json(scorer_dir / "provenance.json")
+    assert record["corpus_split"] == "heldout" and record["corpus_documents"] == 80
+    losses = record["losses"]
+    assert len(losses) == SETTINGS["steps"]
+    assert sum(losses[-5:]) / 5 < losses[0] - 1.5  # starts near ln(300) = 5.7, falls well below
+    model, tokenizer = load_scorer(scorer_dir)
+    assert model.config.n_layer == 1 and model.config.n_embd == 32 and model.config.n_positions == 32
+    assert tokenizer.eos_token == tokenizer.bos_token == tokenizer.unk_token == EOS_TOKEN
+    assert tokenizer.eos_token_id == model.config.eos_token_id
+    assert model.config.vocab_size == len(tokenizer) <= SETTINGS["vocab_size"]
+
+
+def test_tokenizer_is_byte_level_and_lossless(scorer_dir):
+    _, tokenizer = load_scorer(scorer_dir)
+    text = f"the cat sees Ünïcode ✓ text{EOS_TOKEN}a dog"
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    assert ids.count(tokenizer.eos_token_id) == 1  # the special token is one id, not bytes
+
+
+def test_train_save_load_round_trip(corpus, tmp_path):
+    texts = sentences(1, 40)
+    settings = ScorerSettings(**{**SETTINGS, "steps": 3})
+    tokenizer = train_bpe_tokenizer(texts, settings.vocab_size, settings.context)
+    model, losses = train_scorer_model(texts, tokenizer, settings, progress=False)
+    again, losses_again = train_scorer_model(texts, tokenizer, settings, progress=False)
+    assert losses == losses_again  # seeded: init and batches
+    save_scorer(model, tokenizer, tmp_path / "s", {"note": "test"})
+    loaded, loaded_tokenizer = load_scorer(tmp_path / "s")
+    ids = torch.tensor([tokenizer(texts[0])["input_ids"][:20]])
+    assert loaded_tokenizer(texts[0])["input_ids"] == tokenizer(texts[0])["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+    assert read_json(tmp_path / "s" / "provenance.json")["note"] == "test"
+
+
+def test_score_stage_unconditional(scorer_dir, tmp_path):
+    texts = sentences(3, 6) + ["", "the cat " * 40]  # one empty, one longer than the context
+    header = {"checkpoint": "ckpt.pt", "checkpoint_sha256": "0" * 64, "run": "owt-b",
+              "sampler": "sde32", "sampler_settings": {"steps": 32}, "seed": 4, "code_version": "test"}
+    samples, out = tmp_path / "seed4.jsonl", tmp_path / "seed4.json"
+    write_samples(samples, header, [{"i": i, "text": t, "token_ids": [1]} for i, t in enumerate(texts)])
+    assert read_samples(samples)[1][6]["text"] == ""
+    assert main(["score", "--samples", str(samples), "--task", "unconditional", "--scorer",
+                 str(scorer_dir), "--out", str(out), "--batch-size", "3", "--device", "cpu"]) == 0
+    score = read_json(out)
+    model, tokenizer = load_scorer(scorer_dir)
+    expected = gen_ppl(texts, model, tokenizer, batch_size=3, progress=False)
+    metrics = score["metrics"]
+    assert metrics["gen_ppl"] == pytest.approx(expected["gen_ppl"], rel=1e-6)
+    assert metrics["n_scored_tokens"] == expected["n_scored_tokens"]
+    assert metrics["entropy"] == pytest.approx(text_entropy(texts, tokenizer, max_length=32)["entropy"])
+    assert metrics["entropy"] != pytest.approx(text_entropy(texts, tokenizer)["entropy"])
+    assert metrics["n_samples"] == 8 and metrics["n_empty"] == 1
+    assert score["samples_provenance"] == header
+    assert score["provenance"]["samples_sha256"] == sha256_file(samples)
+    assert score["provenance"]["scorer"] == str(scorer_dir)
+    assert len(score["provenance"]["scorer_sha256"]) == 64
+    assert score["provenance"]["metrics_settings"]["context"] == 32
+
+
+def test_score_stage_reference_texts(scorer_dir, corpus, tmp_path):
+    out = tmp_path / "dataset.json"
+    assert main(["score", "--reference-texts", str(corpus), "--n", "5", "--scorer", str(scorer_dir),
+                 "--out", str(out), "--device", "cpu"]) == 0
+    score = read_json(out)
+    assert score["samples_provenance"]["split"] == "test" and score["samples_provenance"]["n"] == 5
+    model, tokenizer = load_scorer(scorer_dir)
+    expected = gen_ppl(sentences(2, 12)[:5], model, tokenizer, progress=False)
+    assert score["metrics"]["gen_ppl"] == pytest.approx(expected["gen_ppl"], rel=1e-6)
+    assert score["metrics"]["gen_ppl"] < 300  # a trained scorer finds real text likely
+
+
+def test_stage_default_context_is_the_released_one():
+    assert score_stage.GPT2_CONTEXT == GPT2_CONTEXT == 1024
