@@ -25,7 +25,8 @@ def tiny_data(n: int = 8, L: int = 12, d: int = 16, vocab: int = 32, seed: int =
 
 
 class TensorBatches:
-    """Cycles through in-memory rows in a seeded order; yields rank slices of global batches."""
+    """Cycles through in-memory rows in one seeded order (so two batches of 4 are one batch of 8);
+    yields rank slices of global batches."""
 
     def __init__(self, data: dict, batch_size: int, seed: int = 0, rank: int = 0, world_size: int = 1):
         self.data, self.batch_size, self.seed = data, batch_size, seed
@@ -36,8 +37,8 @@ class TensorBatches:
         n = len(self.data["input_ids"])
         local = self.batch_size // self.world_size
         while True:
-            g = torch.Generator().manual_seed(self.seed + self.position)
-            idx = torch.randint(0, n, (self.batch_size,), generator=g)
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))
+            idx = order[(self.position * self.batch_size + torch.arange(self.batch_size)) % n]
             idx = idx[self.rank * local:(self.rank + 1) * local]
             self.position += 1
             yield {k: v[idx] for k, v in self.data.items()}

@@ -78,7 +78,6 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         raise ValueError(f"batch_size {b.batch_size} must split into grad_accum {b.grad_accum} "
                          f"micro-batches divisible by {world_size} processes")
     micro_local = micro_global // world_size
-    rows = slice(rank * micro_local, (rank + 1) * micro_local)
     model.to(device)
     generator = torch.Generator().manual_seed(b.seed)
     ema = EMA(model, o.ema_decay, o.ema_warmup)
@@ -96,7 +95,8 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     net = model
     if world_size > 1:
         net = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None)
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            find_unused_parameters=True)  # the decode head is idle on batches without decode rows
     forward = torch.compile(net) if b.compile else net
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" \
         else contextlib.nullcontext()
@@ -115,9 +115,11 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         denom = sum(loss_mask(m, loss_covers_padding).sum() for m in micro)
         denom = _all_reduce(denom.clone().float(), world_size).clamp_min(1)
         sums = torch.zeros(4, device=device)
+        step_draws = draw_step((b.batch_size, *seq_shape), run.objective, generator)
         for i, batch in enumerate(micro):
-            draws = draw_step((micro_global, *seq_shape), run.objective, generator)
-            draws = type(draws)(**{k: v[rows] for k, v in vars(draws).items()}).to(device)
+            start = i * micro_global + rank * micro_local
+            rows = slice(start, start + micro_local)
+            draws = type(step_draws)(**{k: v[rows] for k, v in vars(step_draws).items()}).to(device)
             sync = contextlib.nullcontext() if (world_size == 1 or i == b.grad_accum - 1) \
                 else net.no_sync()
             with sync, autocast:

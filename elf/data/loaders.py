@@ -1,0 +1,241 @@
+"""Raw text of one dataset, from any source, with normalised columns.
+
+``load_raw(settings, embedded_root)`` returns a ``DatasetDict`` with splits ``train``, ``validation``,
+``test`` (and ``heldout`` for unconditional data) whose columns are ``text`` (unconditional) or
+``source`` and ``target`` (translation, summarisation), whatever the source:
+
+- ``embedded``: ``load_from_disk(<embedded_root>/<name>)``, written by ``elf corpora``;
+- ``hub``: ``datasets.load_dataset(name, subset)`` — OpenWebText (``text``), WMT14 (``translation`` =
+  {de, en}; the pair is ``subset``, e.g. "de-en", source first), XSum (``document`` -> source,
+  ``summary`` -> target);
+- ``local``: a ``.txt`` / ``.jsonl`` / ``.parquet`` file or a folder of them, in either schema above.
+  ``.txt`` holds unconditional text, one document per blank-line separated block (a file without
+  blank lines is one document). A folder with files or sub-folders named after splits
+  (``train.jsonl``, ``validation/``, ...) gives those splits; otherwise all its files form ``train``.
+  A folder holding a saved ``DatasetDict`` is loaded as it is.
+
+Missing splits are carved from the end of ``train`` (OpenWebText has only ``train`` on the hub):
+``validation`` = its last documents, ``test`` the ones before, and for train-only unconditional data
+``heldout`` the ones before those, sizes from ``CarveSizes``. Taking the tail in corpus order (no shuffle) follows
+MDLM's OpenWebText convention (last documents held out), costs nothing on 8M documents and is
+reproducible. A wrong schema raises ``DataError`` naming the file and the column.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+import pyarrow as pa
+import pyarrow.json as pa_json
+import pyarrow.parquet as pa_parquet
+
+SPLITS = ("train", "validation", "test")
+HELDOUT = "heldout"
+DATA_SUFFIXES = (".txt", ".jsonl", ".parquet")
+
+
+class DataError(ValueError):
+    """Raw data that cannot be used as asked: the message names the file or dataset and the column."""
+
+
+@dataclass(frozen=True)
+class CarveSizes:
+    """Documents carved from the end of ``train`` for each missing split (heldout: unconditional)."""
+    validation: int = 5000
+    test: int = 5000
+    heldout: int = 5000
+
+
+def load_raw(settings, embedded_root: str | Path | None = None,
+             carve: CarveSizes = CarveSizes()) -> datasets.DatasetDict:
+    """The dataset of a ``DatasetSettings`` with normalised columns and all splits."""
+    where = f"dataset '{settings.name}' ({settings.source})"
+    origins: dict[str, str] = {}  # split -> the files it was read from (local), for error messages
+    if settings.source == "embedded":
+        if embedded_root is None:
+            raise DataError(f"{where}: an embedded dataset needs the corpora root (--raw-root)")
+        splits = _load_saved(Path(embedded_root) / settings.name)
+    elif settings.source == "hub":
+        args = (settings.name, settings.subset) if settings.subset else (settings.name,)
+        splits = dict(datasets.load_dataset(*args))
+    else:
+        splits = _load_local(Path(settings.name), origins)
+    splits = {name: normalise(ds, settings.task, origins.get(name, f"{where} split '{name}'"),
+                              settings.subset)
+              for name, ds in splits.items()}
+    return datasets.DatasetDict(_complete_splits(splits, settings.task, carve, where))
+
+
+# --------------------------------------------------------------------------------------------------
+# Schemas
+# --------------------------------------------------------------------------------------------------
+
+
+def language_pair(subset: str | None) -> tuple[str, str]:
+    """Source and target language of a ``translation`` column: "de-en" -> ("de", "en") (default)."""
+    if not subset:
+        return "de", "en"
+    parts = subset.split("-")
+    if len(parts) != 2 or not all(parts):
+        raise DataError(f"subset '{subset}' is not a language pair like 'de-en'")
+    return parts[0], parts[1]
+
+
+def normalise(ds: datasets.Dataset, task: str, where: str,
+              subset: str | None = None) -> datasets.Dataset:
+    """Keep and rename the task's columns: ``text``, or ``source`` + ``target``."""
+    columns = set(ds.column_names)
+    if task == "unconditional":
+        _require_string(ds, "text", where)
+        return ds.select_columns(["text"])
+    if {"source", "target"} <= columns:
+        pass
+    elif task == "translation" and "translation" in columns:
+        src, tgt = language_pair(subset)
+        ds = _flatten_translation(ds, src, tgt, where)
+    elif task == "summarization" and {"document", "summary"} <= columns:
+        ds = ds.rename_columns({"document": "source", "summary": "target"})
+    else:
+        expected = {"translation": "'translation' ({%s, %s}) or 'source' + 'target'"
+                    % language_pair(subset),
+                    "summarization": "'document' + 'summary' or 'source' + 'target'"}[task]
+        raise DataError(f"{where}: {task} data needs column(s) {expected}; "
+                        f"found columns: {', '.join(sorted(columns)) or 'none'}")
+    for column in ("source", "target"):
+        _require_string(ds, column, where)
+    return ds.select_columns(["source", "target"])
+
+
+def _flatten_translation(ds: datasets.Dataset, src: str, tgt: str, where: str) -> datasets.Dataset:
+    feature = ds.features["translation"]
+    languages = (list(feature.languages) if isinstance(feature, datasets.Translation)
+                 else list(feature) if isinstance(feature, dict) else None)
+    if languages is None or not {src, tgt} <= set(languages):
+        raise DataError(f"{where}: column 'translation' must map languages '{src}' and '{tgt}' to "
+                        f"text; it holds {languages if languages is not None else feature}")
+    flat = ds.select_columns(["translation"]).flatten()
+    return flat.rename_columns({f"translation.{src}": "source", f"translation.{tgt}": "target"})
+
+
+def _require_string(ds: datasets.Dataset, column: str, where: str) -> None:
+    if column not in ds.column_names:
+        raise DataError(f"{where}: missing column '{column}'; found columns: "
+                        f"{', '.join(ds.column_names) or 'none'}")
+    feature = ds.features[column]
+    if not (isinstance(feature, datasets.Value) and feature.dtype in ("string", "large_string")):
+        raise DataError(f"{where}: column '{column}' must hold text; it holds {feature}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Splits
+# --------------------------------------------------------------------------------------------------
+
+
+def _complete_splits(splits: dict[str, datasets.Dataset], task: str, carve: CarveSizes,
+                     where: str) -> dict[str, datasets.Dataset]:
+    """Keep train/validation/test(/heldout); carve the missing ones from the end of train.
+
+    ``heldout`` is carved only from train-only data (hub OpenWebText); data that comes with its
+    own validation and test keeps all of its train split.
+    """
+    if "train" not in splits:
+        raise DataError(f"{where}: no 'train' split; found splits: {', '.join(splits) or 'none'}")
+    train_only = set(splits) == {"train"}
+    wanted = SPLITS + ((HELDOUT,) if task == "unconditional"
+                       and (HELDOUT in splits or (train_only and carve.heldout > 0)) else ())
+    missing = [s for s in ("validation", "test", HELDOUT) if s in wanted and s not in splits]
+    train = splits["train"]
+    end = len(train)
+    carved = {}
+    for split in missing:  # validation = the last documents, then test, then heldout before them
+        size = getattr(carve, split)
+        if size < 1 or size >= end:
+            raise DataError(f"{where}: cannot carve the missing split(s) {', '.join(missing)} "
+                            f"from 'train' ({len(train)} documents) with {carve}")
+        carved[split] = train.select(range(end - size, end))
+        end -= size
+    result = {s: splits[s] for s in wanted if s in splits} | carved
+    result["train"] = train.select(range(end)) if end < len(train) else train
+    return {s: result[s] for s in wanted}
+
+
+# --------------------------------------------------------------------------------------------------
+# Files
+# --------------------------------------------------------------------------------------------------
+
+
+def _load_saved(path: Path) -> dict[str, datasets.Dataset]:
+    if not (path / "dataset_dict.json").is_file():
+        raise DataError(f"{path}: not a saved DatasetDict (no dataset_dict.json); "
+                        "run `elf corpora` first or fix the path")
+    return dict(datasets.load_from_disk(str(path)))
+
+
+def _load_local(path: Path, origins: dict[str, str]) -> dict[str, datasets.Dataset]:
+    """Splits of a local file or folder; ``origins`` receives each split's file names."""
+    if not path.exists():
+        raise DataError(f"local dataset '{path}' does not exist")
+    if path.is_file():
+        return {"train": _read_files([path], "train", origins)}
+    if (path / "dataset_dict.json").is_file():
+        return _load_saved(path)
+    splits = {}
+    for split in SPLITS + (HELDOUT,):
+        files = [path / f"{split}{suffix}" for suffix in DATA_SUFFIXES]
+        files = [f for f in files if f.is_file()] + _data_files(path / split)
+        if files:
+            splits[split] = _read_files(files, split, origins)
+    if splits:
+        return splits
+    files = _data_files(path)
+    if not files:
+        raise DataError(f"local dataset '{path}' holds no {'/'.join(DATA_SUFFIXES)} files")
+    return {"train": _read_files(files, "train", origins)}
+
+
+def _data_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in DATA_SUFFIXES)
+
+
+def _read_files(files: list[Path], split: str, origins: dict[str, str]) -> datasets.Dataset:
+    names = ", ".join(str(f) for f in files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
+    origins[split] = f"{names} (split '{split}')"
+    suffixes = {f.suffix for f in files}
+    if len(suffixes) > 1:
+        raise DataError(f"mixed file types in one split: {', '.join(str(f) for f in files)}")
+    tables = [_read_table(f) for f in files]
+    for f, table in zip(files[1:], tables[1:]):
+        if table.schema.names != tables[0].schema.names:
+            raise DataError(f"{f}: columns {table.schema.names} differ from {files[0]}'s "
+                            f"{tables[0].schema.names}")
+    return datasets.Dataset(pa.concat_tables(tables, promote_options="default"))
+
+
+def _read_table(path: Path) -> pa.Table:
+    try:
+        if path.suffix == ".txt":
+            return pa.table({"text": pa.array(split_documents(path.read_text()), pa.string())})
+        if path.suffix == ".parquet":
+            return pa_parquet.read_table(path)
+        return pa_json.read_json(path)
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"{path}: cannot be read as {path.suffix[1:]}: {err}") from err
+
+
+def split_documents(text: str) -> list[str]:
+    """Blank-line separated blocks, stripped; empty blocks dropped."""
+    blocks, current = [], []
+    for line in text.splitlines():
+        if line.strip():
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current).strip())
+            current = []
+    if current:
+        blocks.append("\n".join(current).strip())
+    return blocks

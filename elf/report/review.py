@@ -1,0 +1,355 @@
+"""The replication review: every paper value the configuration can reproduce, beside ours.
+
+``compare(frame, points, ids_of_pair)`` pairs each paper value with each of our (run, sampler) rows
+that it matches (rule: ``elf.report.loading`` docstring, repeated in the review) and decides whether
+the difference lies within the combined standard error, ``|ours − paper| ≤ sqrt(se_paper² + se_ours²)``
+(a missing SE counts as 0). ``build_review`` lays out the document: a summary (counts within/outside
+SE), a banner when ``scale == "embedded"`` (a small-scale run on generated corpora, not a replication),
+the comparisons with their aggregate files, the paper values no configured run matches, observed
+qualitative trends (SC-CFG, steps, SDE against ODE), and the settings the paper does not state.
+``write_review(doc, out_dir)`` writes ``replication.md`` and ``replication.html`` atomically.
+Run through the stage: ``elf report --review ...`` (see ``elf/stages/report.py``).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from elf.io import atomic_path
+from elf.report.loading import match_paper, reported_se
+from elf.report.tables import fmt_pm, paper_pm
+
+MATCHING_RULE = [
+    "the paper's model maps to the run's `paper_run` (T1 ELF-B De-En → R04, XSum → R05; T9 ELF-B → "
+    "R01; T10 ELF-B/M/L → R01/R02/R03; T4 ELF-B+PD → R34; T5 round k → R(29+k));",
+    "the sampler method (ODE/SDE) and the number of steps are equal;",
+    "the SC-CFG scale is equal;",
+    "γ is equal when the paper value is from the SDE sampler and states γ;",
+    "the input-CFG scale is equal when the paper states one (T1);",
+    "our sampler uses the logit-normal time grid (every tabulated paper value does);",
+    "our aggregate reports that metric.",
+]
+SE_RULE = ("Within SE: |ours − paper| ≤ sqrt(se_paper² + se_ours²). se_paper is the paper's printed "
+           "SE (T9: over 6 seeds; T1 XSum: across examples), 0 when the paper prints none; se_ours is "
+           "the SE over our evaluation seeds (n ≥ 2) — for T1 the per-example SE first — and 0 when "
+           "neither exists, so a value with no SE on either side is 'within' only if equal.")
+EMBEDDED_BANNER = ("This is a small-scale run of the pipeline on generated corpora (the embedded "
+                   "default: tiny models, a tokenizer, encoder and Gen. PPL scorer trained here on "
+                   "generated text), not a replication of the paper. Differences from the paper's "
+                   "numbers are expected and say nothing about the method; the comparison shows that "
+                   "every number is produced, matched and traced.")
+
+COMPARISON_COLUMNS = ["src", "point", "model", "paper_run", "run", "sampler", "setting", "metric",
+                      "paper", "paper_se", "ours", "ours_se", "diff", "combined_se", "within_se",
+                      "used_by", "aggregate_path"]
+
+
+def within_se(ours: float, paper: float, se_ours: float = math.nan,
+              se_paper: float = math.nan) -> tuple[float, float, bool]:
+    """``(difference, combined SE, |difference| ≤ combined SE)``; a missing SE counts as 0."""
+    se_ours = se_ours if math.isfinite(se_ours) else 0.0
+    se_paper = se_paper if math.isfinite(se_paper) else 0.0
+    diff = ours - paper
+    combined = math.sqrt(se_ours ** 2 + se_paper ** 2)
+    return diff, combined, abs(diff) <= combined + 1e-12
+
+
+def _steps_text(steps: Any) -> str:
+    return f"{int(steps)} step{'s' * (int(steps) != 1)}"
+
+
+def setting_text(row: pd.Series | dict) -> str:
+    parts = [str(row["method"]).upper(), _steps_text(row["steps"])]
+    if row["method"] == "sde":
+        parts.append(f"γ={float(row['gamma']):g}")
+    parts.append(f"SC-CFG {float(row['sc_cfg']):g}")
+    if row.get("task") in ("translation", "summarization"):
+        parts.append(f"input CFG {float(row['input_cfg']):g}")
+    return ", ".join(parts)
+
+
+def compare(frame: pd.DataFrame, points: pd.DataFrame,
+            ids_of_pair: dict[tuple[str, str], list[str]] | None = None) -> pd.DataFrame:
+    """One row per (paper value, matching row of ours) with the within-SE decision."""
+    out = []
+    for _, match in match_paper(frame, points).iterrows():
+        row = frame.loc[match["row_index"]]
+        prefer = "examples" if match["src"] == "T1" else "seeds"
+        ours_se = reported_se(row, match["metric"], prefer)
+        diff, combined, ok = within_se(float(row[match["metric"]]), float(match["value"]),
+                                       ours_se, float(match["se"]))
+        out.append({
+            "src": match["src"], "point": match["point"], "model": match["model"],
+            "paper_run": match["paper_run"], "run": row["run"], "sampler": row["sampler"],
+            "setting": setting_text(row), "metric": match["metric"], "paper": match["value"],
+            "paper_se": match["se"], "ours": float(row[match["metric"]]), "ours_se": ours_se,
+            "diff": diff, "combined_se": combined, "within_se": ok,
+            "used_by": ", ".join((ids_of_pair or {}).get((row["run"], row["sampler"]), [])),
+            "aggregate_path": row["aggregate_path"],
+        })
+    return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+
+
+def unmatched(points: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Paper values of our paper runs that no configured (run, sampler) matches."""
+    if points.empty:
+        return points
+    ours = points[points["paper_run"].notna()]
+    return ours[~ours["point"].isin(set(comparisons["point"]))]
+
+
+# --------------------------------------------------------------------------------------------------
+# Qualitative trends (stated as observed, never forced)
+# --------------------------------------------------------------------------------------------------
+
+def _sweeps(frame: pd.DataFrame, vary: str, keys: list[str]) -> list[pd.DataFrame]:
+    """Groups of unconditional rows equal in ``keys`` with ≥ 2 values of ``vary``."""
+    if frame.empty or "gen_ppl" not in frame.columns:
+        return []
+    rows = frame[frame["gen_ppl"].notna()].copy()
+    rows["gamma_key"] = rows["gamma"].where(rows["method"] == "sde", 0.0)
+    groups = []
+    for _, group in rows.groupby(keys, sort=False, dropna=False):
+        if group[vary].nunique() >= 2:
+            groups.append(group.sort_values(vary))
+    return groups
+
+
+def _verdict(hits: int, total: int) -> str:
+    if total == 0:
+        return "no data"
+    if hits == total:
+        return f"observed ({hits} of {total})"
+    if hits == 0:
+        return f"not observed (0 of {total})"
+    return f"mixed ({hits} of {total})"
+
+
+def _endpoints(group: pd.DataFrame, metric: str) -> tuple[float, float]:
+    """The metric at the smallest and at the largest value of the swept setting."""
+    return float(group[metric].iloc[0]), float(group[metric].iloc[-1])
+
+
+def _sweep_trend(frame: pd.DataFrame, vary: str, keys: list[str], question: str,
+                 metrics: tuple[str, ...], fmt_vary) -> list[str]:
+    groups = _sweeps(frame, vary, keys)
+    lines = []
+    for metric in metrics:
+        usable = [g for g in groups if metric in g.columns and g[metric].notna().all()]
+        hits = sum(_endpoints(g, metric)[1] < _endpoints(g, metric)[0] for g in usable)
+        lines.append(f"{question.format(metric=METRIC_NAMES.get(metric, metric))} "
+                     f"{_verdict(hits, len(usable))}.")
+    for group in groups:
+        first = group.iloc[0]
+        detail = ", ".join(
+            f"{METRIC_NAMES.get(m, m)} {group[m].iloc[0]:.2f}→{group[m].iloc[-1]:.2f}"
+            for m in metrics if m in group.columns and group[m].notna().all())
+        lines.append(f"  - {first['run']} ({_group_text(first, vary)}): {fmt_vary(group[vary].iloc[0])}"
+                     f"→{fmt_vary(group[vary].iloc[-1])}: {detail}")
+    return lines
+
+
+METRIC_NAMES = {"gen_ppl": "Gen. PPL", "entropy": "entropy"}
+
+
+def _group_text(row: pd.Series, vary: str) -> str:
+    parts = []
+    if vary != "method":
+        parts.append(str(row["method"]).upper())
+    if vary != "steps":
+        parts.append(_steps_text(row["steps"]))
+    if row["method"] == "sde" and vary != "gamma":
+        parts.append(f"γ={float(row['gamma']):g}")
+    if vary != "sc_cfg":
+        parts.append(f"SC-CFG {float(row['sc_cfg']):g}")
+    if row.get("grid") == "uniform":
+        parts.append("uniform grid")
+    return ", ".join(parts)
+
+
+def sde_vs_ode(frame: pd.DataFrame) -> list[str]:
+    """Does SDE reach a lower Gen. PPL than ODE at the fewest steps where both were run?"""
+    if frame.empty or "gen_ppl" not in frame.columns:
+        return ["SDE against ODE at few steps: no data."]
+    rows = frame[frame["gen_ppl"].notna()]
+    keys = ["run", "steps", "grid", "sc_cfg", "input_cfg"]
+    pairs = []
+    for key, group in rows.groupby(keys, sort=False, dropna=False):
+        ode, sde = group[group["method"] == "ode"], group[group["method"] == "sde"]
+        for _, s in sde.iterrows():
+            if not ode.empty:
+                pairs.append((ode.iloc[0], s))
+    if not pairs:
+        return ["SDE against ODE at few steps: no data (no run has both at equal settings)."]
+    fewest = min(int(o["steps"]) for o, _ in pairs)
+    few = [(o, s) for o, s in pairs if int(o["steps"]) == fewest]
+    hits = sum(float(s["gen_ppl"]) < float(o["gen_ppl"]) for o, s in few)
+    lines = [f"Does SDE give a lower Gen. PPL than ODE at the fewest steps compared ({fewest})? "
+             f"{_verdict(hits, len(few))}."]
+    all_hits = sum(float(s["gen_ppl"]) < float(o["gen_ppl"]) for o, s in pairs)
+    lines.append(f"Across all step counts with both samplers: {_verdict(all_hits, len(pairs))}.")
+    for o, s in pairs:
+        lines.append(f"  - {o['run']} ({_steps_text(o['steps'])}, SC-CFG {float(o['sc_cfg']):g}): "
+                     f"ODE {float(o['gen_ppl']):.2f} vs SDE γ={float(s['gamma']):g} "
+                     f"{float(s['gen_ppl']):.2f}")
+    return lines
+
+
+def qualitative_trends(frame: pd.DataFrame) -> list[str]:
+    """Plain-language observations from our numbers (each says whether the trend is observed)."""
+    base = ["run", "grid", "input_cfg"]
+    lines = _sweep_trend(frame, "sc_cfg", base + ["method", "steps", "gamma_key"],
+                         "Does more SC-CFG lower {metric} (largest against smallest scale)?",
+                         ("gen_ppl", "entropy"), lambda v: f"SC-CFG {v:g}")
+    lines += _sweep_trend(frame, "steps", base + ["method", "gamma_key", "sc_cfg"],
+                          "Do more steps lower {metric} (most against fewest steps)?",
+                          ("gen_ppl",), _steps_text)
+    lines += sde_vs_ode(frame)
+    return lines
+
+
+# --------------------------------------------------------------------------------------------------
+# The document
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Document:
+    """A review as blocks: ("h1"|"h2"|"p"|"banner", text), ("ul", [items]), ("table", header, rows)."""
+    blocks: list[tuple] = field(default_factory=list)
+
+    def add(self, *block: Any) -> None:
+        self.blocks.append(block)
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return "–"
+    return f"{value:.{digits}f}" if math.isfinite(value) else "–"
+
+
+def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: list[str],
+                 scale: str, unstated_settings: Iterable[str] = (),
+                 baseline_count: int = 0) -> Document:
+    """Lay out the replication review (see module docstring)."""
+    doc = Document()
+    doc.add("h1", "Replication review: ELF (arXiv 2605.10938)")
+    if scale == "embedded":
+        doc.add("banner", EMBEDDED_BANNER)
+    n = len(comparisons)
+    inside = int(comparisons["within_se"].sum()) if n else 0
+    doc.add("h2", "Summary")
+    doc.add("ul", [f"Scale: {scale}.",
+                   f"Paper values compared: {n}; within combined SE: {inside}; outside: {n - inside}.",
+                   f"Paper values of our paper runs with no matching run/sampler in this "
+                   f"configuration: {len(not_matched)}.",
+                   f"Paper values of baselines and literature (no run of ours): {baseline_count}."])
+    if n:
+        per_src = [f"{src}: {int(g['within_se'].sum())} of {len(g)} within SE"
+                   for src, g in comparisons.groupby("src", sort=False)]
+        doc.add("p", "By source: " + "; ".join(per_src) + ".")
+    doc.add("h2", "Matching rule")
+    doc.add("p", "A paper value is compared with one of our (run, sampler) results when:")
+    doc.add("ul", MATCHING_RULE)
+    doc.add("p", SE_RULE)
+    doc.add("h2", "Comparisons")
+    header = ["Paper", "Model", "Run / sampler", "Setting", "Metric", "Paper value", "Ours",
+              "Diff", "Comb. SE", "Within SE", "Used by", "Provenance"]
+    rows = [[c["src"], str(c["model"]), f"{c['run']} / {c['sampler']}", c["setting"], c["metric"],
+             paper_pm(c["paper"], c["paper_se"]), fmt_pm(c["ours"], c["ours_se"]),
+             f"{c['diff']:+.2f}",
+             _num(c["combined_se"], 3), "yes" if c["within_se"] else "no", c["used_by"],
+             c["aggregate_path"]] for _, c in comparisons.iterrows()]
+    if rows:
+        doc.add("table", header, rows)
+    else:
+        doc.add("p", "No paper value matches this configuration's runs and samplers.")
+    doc.add("h2", "Paper values not matched by this configuration")
+    if not_matched.empty:
+        doc.add("p", "None.")
+    else:
+        counts = not_matched.groupby(["src", "paper_run"], sort=False).size()
+        doc.add("ul", [f"{src} / {run}: {count} values" for (src, run), count in counts.items()])
+    doc.add("h2", "Qualitative trends (observed in our numbers)")
+    doc.add("ul", list(trends) or ["No unconditional sweeps to compare."])
+    doc.add("h2", "Settings not stated in the paper")
+    doc.add("ul", list(unstated_settings) or ["(none supplied)"])
+    return doc
+
+
+def to_markdown(doc: Document) -> str:
+    out = []
+    for kind, *body in doc.blocks:
+        if kind == "h1":
+            out += [f"# {body[0]}", ""]
+        elif kind == "h2":
+            out += [f"## {body[0]}", ""]
+        elif kind == "p":
+            out += [body[0], ""]
+        elif kind == "banner":
+            out += [f"> **⚠ NOT A REPLICATION.** {body[0]}", ""]
+        elif kind == "ul":
+            out += [item if item.startswith("  - ") else f"- {item}" for item in body[0]] + [""]
+        elif kind == "table":
+            header, rows = body
+            cell = lambda c: str(c).replace("|", "\\|")  # noqa: E731
+            out.append("| " + " | ".join(header) + " |")
+            out.append("|" + "|".join("---" for _ in header) + "|")
+            out += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+HTML_STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;line-height:1.4}
+table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}
+tr.out td{background:#fdecea}tr.in td{background:#edf7ed}
+.banner{border:3px solid #c62828;background:#fff3f3;padding:1em;font-size:1.1em;margin:1em 0}"""
+
+
+def to_html(doc: Document) -> str:
+    esc = html.escape
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>ELF replication review"
+           f"</title><style>{HTML_STYLE}</style></head><body>"]
+    for kind, *body in doc.blocks:
+        if kind in ("h1", "h2"):
+            out.append(f"<{kind}>{esc(body[0])}</{kind}>")
+        elif kind == "p":
+            out.append(f"<p>{esc(body[0])}</p>")
+        elif kind == "banner":
+            out.append(f"<div class='banner'><strong>⚠ NOT A REPLICATION.</strong> "
+                       f"{esc(body[0])}</div>")
+        elif kind == "ul":
+            out.append("<ul>" + "".join(f"<li>{esc(i.strip().removeprefix('- '))}</li>"
+                                        for i in body[0]) + "</ul>")
+        elif kind == "table":
+            header, rows = body
+            out.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
+            within = header.index("Within SE") if "Within SE" in header else None
+            for row in rows:
+                css = "" if within is None else (" class='in'" if row[within] == "yes"
+                                                 else " class='out'")
+                out.append(f"<tr{css}>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
+            out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def review_paths(out_dir: str | Path) -> list[Path]:
+    return [Path(out_dir) / "replication.md", Path(out_dir) / "replication.html"]
+
+
+def write_review(doc: Document, out_dir: str | Path) -> list[Path]:
+    """Write ``replication.md`` and ``replication.html`` atomically."""
+    md_path, html_path = review_paths(out_dir)
+    with atomic_path(md_path) as tmp:
+        tmp.write_text(to_markdown(doc))
+    with atomic_path(html_path) as tmp:
+        tmp.write_text(to_html(doc))
+    return [md_path, html_path]

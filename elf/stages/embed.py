@@ -1,0 +1,151 @@
+"""``elf embed``: one split of packed tokens -> its Zarr embedding store (spec §2, §8).
+
+Reads ``--tokens`` (the ``elf prepare`` DatasetDict and its provenance.json) and the encoder at
+``--encoder``; writes ``--out``, a store laid out as ``elf/embed/store.py`` describes (embeddings in
+``EmbeddingSettings.dtype``, normalisation statistics over valid tokens, checksum, completion marker).
+
+    elf embed --settings '{"kind": "encoder", "dtype": "float16"}' --encoder results/encoders/main \
+        --tokens results/data/owt --split train --out results/embeddings/owt/encoder/train.zarr
+
+A killed run, rerun with the same arguments, continues from the blocks already written. On a cluster,
+n jobs ``... --shard k --num-shards n`` (k = 0..n-1) write disjoint blocks of one store (whichever starts
+first creates it), then ``elf embed --finalize --out STORE`` checks every block is there and writes the
+statistics, the token-id checksum and the completion marker. Without ``--shard`` one call does it all.
+Kind ``learned`` is refused: it is trained with the flow, so training embeds it on the fly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from elf.cli import ElfError
+from elf.config import ConfigError, EmbeddingSettings, from_dict, to_dict
+from elf.io import provenance, read_json, sha256_file, sha256_json
+
+# Only these settings change the stored values; normalisation is applied when reading.
+CONTENT_SETTINGS = ("kind", "encoder", "dtype")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("embed", help="cache the clean embeddings of one split in a Zarr store",
+                                   description=__doc__.split("\n\n")[0])
+    parser.add_argument("--settings", help="EmbeddingSettings as JSON")
+    parser.add_argument("--encoder", help="encoder folder or hub id (also sets the width of table kinds)")
+    parser.add_argument("--tokens", help="packed-token DatasetDict folder (elf prepare --out)")
+    parser.add_argument("--split", help="split to embed: train, validation or test")
+    parser.add_argument("--out", required=True, help="the store to write, e.g. results/embeddings/D/E/train.zarr")
+    parser.add_argument("--shard", type=int, help="write only blocks with index %% num-shards == shard")
+    parser.add_argument("--num-shards", type=int, help="number of --shard jobs writing this store")
+    parser.add_argument("--finalize", action="store_true",
+                        help="after all --shard jobs: check, write statistics, checksum and marker")
+    parser.add_argument("--batch-size", type=int, default=64, help="sequences per encoder call")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the gaussian kind's table")
+    parser.add_argument("--vocab-size", type=int,
+                        help="rows of the embedding table (default: the encoder config's vocab_size)")
+    parser.add_argument("--tokenizer", help="tokenizer identity to record (default: from the tokens' "
+                        "provenance.json)")
+    parser.add_argument("--chunk-sequences", type=int, help="sequences per zarr chunk (default ~1 MiB)")
+    parser.add_argument("--block-sequences", type=int,
+                        help="sequences per shard file = resume unit (default ~256 MiB)")
+    parser.add_argument("--no-sharding", action="store_true",
+                        help="plain chunk files instead of zarr shards (cheaper reads, many more files)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> None:
+    # zarr / torch are imported here, not at module level, so `elf --help` stays fast
+    from elf.embed.store import TokenArrays, create_store, finalize_store, plan_layout, write_blocks
+
+    if args.finalize:
+        _report(args.out, finalize_store(args.out))
+        return
+    missing = [f"--{name}" for name in ("settings", "encoder", "tokens", "split") if getattr(args, name) is None]
+    if missing:
+        raise ElfError(f"missing {', '.join(missing)} (only --finalize runs without them)")
+    if (args.shard is None) != (args.num_shards is None):
+        raise ElfError("--shard and --num-shards go together")
+    settings = _parse_settings(args.settings)
+    if settings.kind == "learned":
+        raise ElfError("embedding kind 'learned' cannot be cached: its table is trained with the flow, "
+                       "so training embeds on the fly; there is no store to write for it")
+    tokens = TokenArrays.from_disk(args.tokens, args.split)
+    encoder = encoder_identity(args.encoder)
+    vocab_size = args.vocab_size or encoder.get("vocab_size")
+    if vocab_size is None:
+        raise ElfError(f"cannot read vocab_size from encoder {args.encoder!r}: pass --vocab-size")
+    embedder = _build_embedder(settings, args.encoder, vocab_size, args.seed)
+    layout = plan_layout(len(tokens), tokens.seq_len, embedder.dim, settings.dtype, tokens.conditional,
+                         chunk_sequences=args.chunk_sequences, block_sequences=args.block_sequences,
+                         sharded=not args.no_sharding)
+    print(f"elf embed: {args.out}: {layout.describe()}", flush=True)
+    identity = {"settings": {k: to_dict(settings)[k] for k in CONTENT_SETTINGS}, "encoder": encoder,
+                "vocab_size": vocab_size, "seed": args.seed,
+                "tokenizer": tokenizer_identity(args.tokenizer, args.tokens),
+                "source": {"tokens": str(args.tokens), "split": args.split, **tokens.fingerprint()}}
+    create_store(args.out, layout, identity,
+                 extra_attrs={"settings": to_dict(settings), "provenance": provenance()})
+    sharded = args.shard is not None
+    written = write_blocks(args.out, tokens, embedder, batch_size=args.batch_size, device=args.device,
+                           shard=args.shard or 0, num_shards=args.num_shards or 1)
+    if sharded:
+        print(f"elf embed: shard {args.shard}/{args.num_shards} wrote {written} blocks; after every shard, "
+              f"run `elf embed --finalize --out {args.out}`")
+        return
+    _report(args.out, finalize_store(args.out))
+
+
+def _parse_settings(text: str) -> EmbeddingSettings:
+    try:
+        return from_dict(EmbeddingSettings, json.loads(text))
+    except (json.JSONDecodeError, ConfigError) as err:
+        raise ElfError(f"--settings: {err}") from err
+
+
+def _build_embedder(settings: EmbeddingSettings, encoder: str, vocab_size: int, seed: int):
+    from elf.embed.kinds import build_embedder  # transformers import only when embedding
+
+    try:
+        embedder = build_embedder(settings, encoder, vocab_size, seed=seed)
+    except (OSError, ValueError) as err:
+        raise ElfError(f"--encoder {encoder!r}: {err}") from err
+    if not getattr(embedder, "cacheable", True):
+        raise ElfError(f"embedding kind {settings.kind!r} is not cacheable: training embeds on the fly")
+    return embedder
+
+
+def encoder_identity(name_or_path: str) -> dict:
+    """Name/path, config hash and vocab size, plus the weights' sha256 for a local folder."""
+    identity: dict = {"name_or_path": str(name_or_path)}
+    try:
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(str(name_or_path)).to_dict()
+    except (OSError, ValueError):
+        return identity
+    for volatile in ("transformers_version", "_name_or_path"):
+        config.pop(volatile, None)
+    identity.update(config_sha256=sha256_json(config), vocab_size=config.get("vocab_size"))
+    for weights in ("model.safetensors", "pytorch_model.bin"):
+        if (Path(name_or_path) / weights).is_file():
+            identity["weights_sha256"] = sha256_file(Path(name_or_path) / weights)
+            break
+    return identity
+
+
+def tokenizer_identity(tokenizer: str | None, tokens_dir: str) -> dict:
+    """The tokenizer named on the command line, else the one the tokens' provenance.json records."""
+    record = Path(tokens_dir) / "provenance.json"
+    recorded = read_json(record) if record.is_file() else {}
+    if tokenizer is None:
+        return {"name_or_path": recorded.get("tokenizer"), "tokenizer_sha256": recorded.get("tokenizer_sha256")}
+    identity = {"name_or_path": tokenizer}
+    if (Path(tokenizer) / "tokenizer.json").is_file():
+        identity["tokenizer_sha256"] = sha256_file(Path(tokenizer) / "tokenizer.json")
+    return identity
+
+
+def _report(out: str, stats: dict) -> None:
+    print(f"elf embed: {out} complete: {stats['count']:,} valid tokens, mean {stats['scalar_mean']:.4f}, "
+          f"std {stats['scalar_std']:.4f}")

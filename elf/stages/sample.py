@@ -1,0 +1,186 @@
+"""``elf sample``: a run's checkpoint (EMA weights) + a named sampler setting + a seed → samples JSONL.
+
+The file's first line is a provenance header (checkpoint sha256, sampler settings, seed, code
+version); each further line is one sample (text, token ids; for conditional tasks the source and the
+reference). Batch ``k`` draws its noise from a generator seeded by (seed, k), so the same seed gives
+the same samples and an interrupted run resumes from the batches already written
+(``<out>.partial``):
+
+    elf sample --checkpoint results/runs/base --sampler '{"method": "sde", "steps": 32, ...}' \
+        --sampler-name sde32 --seed 0 --n 64 --tokenizer results/models/tokenizer --out s.jsonl
+Conditional tasks add ``--store <test split .zarr> --tokens <packed dataset dir>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from elf.cli import ElfError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sample", help="sample one seed of one run with one sampler setting",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", required=True, help="run directory (config.json + ema.safetensors)")
+    p.add_argument("--sampler", required=True, help="SamplerSettings as JSON")
+    p.add_argument("--sampler-name", default="custom", help="the sampler's name in the config")
+    p.add_argument("--run-name", default=None, help="the run's name in the config")
+    p.add_argument("--seed", type=int, required=True, help="evaluation seed")
+    p.add_argument("--n", type=int, required=True, help="samples (unconditional) or examples (0 = all)")
+    p.add_argument("--batch-size", type=int, default=64, help="samples per batch")
+    p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (detokenisation)")
+    p.add_argument("--store", help="conditional: the evaluation split's embedding store")
+    p.add_argument("--tokens", help="conditional: packed dataset dir (source text, reference)")
+    p.add_argument("--split", default="test", help="conditional: split of --tokens")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--out", required=True, help="samples file (.jsonl)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def batch_generator(seed: int, batch: int):
+    import torch
+    return torch.Generator().manual_seed(seed * 1_000_003 + batch)
+
+
+def run(args) -> None:
+    import torch
+    from tqdm import tqdm
+
+    from elf.config import ConfigError, SamplerSettings, from_dict, to_dict
+    from elf.data.tokenizer import load_tokenizer
+    from elf.evaluate.samples import write_samples
+    from elf.io import provenance
+    from elf.train.checkpoint import checkpoint_sha256, load_model
+
+    try:
+        settings = from_dict(SamplerSettings, json.loads(args.sampler), "sampler")
+    except (json.JSONDecodeError, ConfigError) as err:
+        raise ElfError(f"--sampler: {err}") from err
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if args.device == "auto" else args.device))
+    try:
+        model, meta = load_model(Path(args.checkpoint), "ema", device)
+    except FileNotFoundError as err:
+        raise ElfError(str(err)) from err
+    tokenizer = load_tokenizer(args.tokenizer)
+    conditional = meta["dataset"]["task"] != "unconditional"
+    source_rows = _conditional_inputs(args, meta) if conditional else None
+    n = len(source_rows["input_ids"]) if conditional else args.n
+    if conditional and args.n:
+        n = min(n, args.n)
+    header = provenance(checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256(
+        Path(args.checkpoint)), run=args.run_name or Path(args.checkpoint).name,
+        sampler=args.sampler_name, sampler_settings=to_dict(settings), seed=args.seed, n=n,
+        task=meta["dataset"]["task"])
+    partial = Path(str(args.out) + ".partial")
+    rows = _resume(partial, header)
+    L, d = meta["model"]["max_length"], meta["model"]["d"]
+    starts = list(range(0, n, args.batch_size))
+    done = len(rows) // args.batch_size if rows else 0
+    rows = rows[:done * args.batch_size]
+    _rewrite_partial(partial, header, rows)
+    bar = tqdm(total=n, initial=len(rows), desc="sample", unit="sample", disable=args.no_progress)
+    for k in range(done, len(starts)):
+        lo, hi = starts[k], min(starts[k] + args.batch_size, n)
+        batch_rows = _sample_batch(model, meta, settings, tokenizer, lo, hi, L, d, device,
+                                   batch_generator(args.seed, k), source_rows)
+        with open(partial, "a") as fh:
+            for row in batch_rows:
+                fh.write(json.dumps(row) + "\n")
+        rows += batch_rows
+        bar.update(hi - lo)
+    bar.close()
+    write_samples(args.out, header, rows)
+    partial.unlink(missing_ok=True)
+
+
+def _conditional_inputs(args, meta) -> dict:
+    """Clean source embeddings (normalised as in training), masks, source text and reference."""
+    import datasets
+    import numpy as np
+    import torch
+
+    from elf.embed.kinds import normalise
+    from elf.embed.store import from_storage, open_store
+
+    if not args.store or not args.tokens:
+        raise ElfError("a conditional run needs --store (evaluation split) and --tokens")
+    store = open_store(args.store)
+    rows = store.read_rows(0, len(store))
+    emb = from_storage(rows["embeddings"], store.dtype)
+    e = meta["embedding"]
+    x = normalise(emb, store.stats, e["normalization"], e["mean"], e["std"]).float()
+    packed = datasets.load_from_disk(args.tokens)[args.split]
+    return dict(input_ids=torch.as_tensor(np.asarray(rows["input_ids"]), dtype=torch.long),
+                cond_seq_mask=torch.as_tensor(np.asarray(rows["cond_seq_mask"])) > 0, x=x,
+                source_length=torch.as_tensor(np.asarray(packed["source_length"])),
+                source_text=list(packed["source_text"]), reference=list(packed["reference"]))
+
+
+def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, source_rows):
+    import torch
+
+    from elf.flow.samplers import Source, decode_logits, postprocess, rollout
+
+    B = hi - lo
+    z_init = (s.noise_scale * torch.randn(B, L, d, generator=generator)).to(device)
+    source = None
+    if source_rows is not None:
+        source = Source(source_rows["cond_seq_mask"][lo:hi].to(device),
+                        source_rows["x"][lo:hi].to(device))
+    with torch.no_grad():
+        z, _ = rollout(model, s, z_init, generator, source=source,
+                       prediction=meta["run"]["model"]["prediction"])
+        ids = decode_logits(model, z, s.sc_cfg).argmax(-1).cpu()
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    if source_rows is None:
+        tokens = postprocess(ids, eos, pad)
+    else:
+        ds = meta["dataset"]
+        tokens = postprocess(ids, eos, pad, source_length=source_rows["source_length"][lo:hi],
+                             target_length=ds["max_length"] - ds["max_input_length"])
+    rows = []
+    for i, seq in enumerate(tokens.tolist()):
+        kept = seq[:seq.index(eos)] if eos in seq else seq
+        kept = [t for t in kept if t != pad]
+        row = dict(i=lo + i, text=tokenizer.decode(kept, skip_special_tokens=True), token_ids=kept)
+        if source_rows is not None:
+            row.update(source=source_rows["source_text"][lo + i],
+                       reference=source_rows["reference"][lo + i])
+        rows.append(row)
+    return rows
+
+
+def _resume(partial: Path, header: dict) -> list[dict]:
+    """Rows of a previous interrupted run with the same checkpoint, sampler and seed."""
+    if not partial.exists():
+        return []
+    lines = partial.read_text().splitlines()
+    try:
+        old = json.loads(lines[0])["provenance"]
+    except (IndexError, json.JSONDecodeError, KeyError):
+        return []
+    same = all(old.get(k) == header[k] for k in ("checkpoint_sha256", "sampler_settings", "seed", "n"))
+    if not same:
+        return []
+    rows = []
+    for line in lines[1:]:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by the kill
+            break
+    return rows
+
+
+def _rewrite_partial(partial: Path, header: dict, rows: list[dict]) -> None:
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    tmp = partial.with_suffix(".tmp")
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps({"provenance": header}) + "\n")
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    os.replace(tmp, partial)

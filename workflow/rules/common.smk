@@ -1,0 +1,100 @@
+# Config validation and the helpers that turn the experiment into paths, settings and targets.
+import json
+import sys
+from pathlib import Path
+
+from elf.config import ConfigError, parse_experiment, to_dict
+
+try:
+    EXP = parse_experiment(config)
+except ConfigError as err:
+    sys.exit(f"Invalid configuration: {err}")
+
+R = EXP.results.rstrip("/")
+P = EXP.reports.rstrip("/")
+ELF = Path(workflow.basedir).parent / "elf"
+
+
+def code(*modules):
+    """The elf/ source files a rule runs: editing them reruns that rule and what depends on it."""
+    files = [ELF / "__init__.py", ELF / "cli.py", ELF / "config.py", ELF / "io.py"]
+    for module in modules:
+        path = ELF / module
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return [str(f) for f in files]
+
+
+def as_json(obj):
+    return json.dumps(to_dict(obj) if hasattr(obj, "__dataclass_fields__") else obj,
+                      sort_keys=True, separators=(",", ":"))
+
+
+def built_or_name(settings, path):
+    """A model built by the DAG (its folder) or loaded by hub name."""
+    return path if settings.source == "build" else settings.name_or_path
+
+
+TOKENIZER = built_or_name(EXP.tokenizer, f"{R}/models/tokenizer")
+SCORER = f"{R}/models/scorer"
+
+
+def encoder_path(name):
+    return f"{R}/models/encoder-{name}"
+
+
+def run_settings(name):
+    return EXP.run(name)
+
+
+def train_settings_json(name):
+    run = EXP.run(name)
+    return as_json(dict(run=to_dict(run), dataset=to_dict(EXP.datasets[run.dataset]),
+                        embedding=to_dict(EXP.embeddings[run.embedding]), sizes=EXP.sizes))
+
+
+def task_of(run):
+    return EXP.datasets[EXP.run(run).dataset].task
+
+
+def seeds_for(figure):
+    seeds = EXP.evaluation.seeds
+    return seeds if figure.seeds == "all" else seeds[:1]
+
+
+def seeds_of(run, sampler):
+    """Evaluation seeds needed for (run, sampler): all if any figure asks for all."""
+    wanted = [seeds_for(f) for f in EXP.figures.values() if run in f.runs and sampler in f.samplers]
+    return max(wanted, key=len) if wanted else EXP.evaluation.seeds[:1]
+
+
+def figure_files(fid):
+    fig = EXP.figures[fid]
+    if fig.kind == "figure":
+        return [f"{P}/figures/{fid}.png", f"{P}/figures/{fid}.csv"]
+    return [f"{P}/tables/{fid}.md", f"{P}/tables/{fid}.csv", f"{P}/tables/{fid}.tex"]
+
+
+def aggregates_for(fid):
+    fig = EXP.figures[fid]
+    return [f"{R}/aggregates/{run}/{sampler}.json" for run in fig.runs for sampler in fig.samplers]
+
+
+def dataset_scores_for(fid):
+    fig = EXP.figures[fid]
+    datasets = {EXP.run(run).dataset for run in fig.runs}
+    return [f"{R}/scores/_dataset/{d}.json" for d in sorted(datasets)
+            if EXP.datasets[d].task == "unconditional"]
+
+
+def write_if_changed(path, text):
+    """Write the resolved experiment for the report stage; unchanged content keeps its mtime so
+    nothing downstream reruns."""
+    path = Path(path)
+    if path.exists() and path.read_text() == text:
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+EXPERIMENT_FILE = write_if_changed(f"{R}/experiment.json", json.dumps(config, indent=1, sort_keys=True))

@@ -1,0 +1,91 @@
+# Raw text → tokenizer → packed token ids; the encoder and the Gen. PPL scorer built on them.
+
+
+rule corpora:
+    """Generate the embedded corpora (owt, wmt, xsum) deterministically from a seed."""
+    input:
+        code("data/corpora.py", "stages/corpora.py"),
+    output:
+        directory(f"{R}/data/corpora"),
+    params:
+        settings=as_json(EXP.corpora),
+    log:
+        f"{R}/logs/corpora.log",
+    shell:
+        "elf corpora --settings {params.settings:q} --out {output} 2> {log}"
+
+
+rule tokenizer:
+    """Train the T5-style tokenizer on the embedded corpora (paper config: t5-small by name)."""
+    input:
+        code("data/tokenizer.py", "stages/tokenizer.py"),
+        corpora=rules.corpora.output,
+    output:
+        directory(f"{R}/models/tokenizer"),
+    params:
+        settings=as_json(EXP.tokenizer),
+    log:
+        f"{R}/logs/tokenizer.log",
+    shell:
+        "elf tokenizer --settings {params.settings:q} --corpora {input.corpora} --out {output} 2> {log}"
+
+
+def tokenizer_input(wildcards=None):
+    return [TOKENIZER] if EXP.tokenizer.source == "build" else []
+
+
+def corpora_input(dataset):
+    return [f"{R}/data/corpora"] if EXP.datasets[dataset].source == "embedded" else []
+
+
+rule prepare:
+    """Tokenise (no added special tokens) and pack one dataset into fixed-length sequences."""
+    input:
+        code("data", "stages/prepare.py"),
+        tok=tokenizer_input,
+        corpora=lambda w: corpora_input(w.dataset),
+    output:
+        directory(f"{R}/data/{{dataset}}/tokens"),
+    params:
+        settings=lambda w: as_json(EXP.datasets[w.dataset]),
+        raw=lambda w: f"--raw-root {R}/data/corpora" if EXP.datasets[w.dataset].source == "embedded" else "",
+        tokenizer=TOKENIZER,
+    log:
+        f"{R}/logs/prepare/{{dataset}}.log",
+    shell:
+        "elf prepare --settings {params.settings:q} --tokenizer {params.tokenizer} {params.raw} "
+        "--out {output} 2> {log}"
+
+
+rule encoder:
+    """Train a small T5 encoder from scratch with span corruption (or save a pretrained one)."""
+    input:
+        code("embed/encoder.py", "stages/encoder.py"),
+        tok=tokenizer_input,
+        tokens=f"{R}/data/owt/tokens",
+    output:
+        directory(f"{R}/models/encoder-{{encoder}}"),
+    params:
+        settings=lambda w: as_json(EXP.encoders[w.encoder]),
+        tokenizer=TOKENIZER,
+    log:
+        f"{R}/logs/encoder/{{encoder}}.log",
+    shell:
+        "elf encoder --settings {params.settings:q} --tokenizer {params.tokenizer} "
+        "--tokens {input.tokens} --out {output} --no-progress 2> {log}"
+
+
+rule scorer:
+    """Train the small GPT-2 Gen. PPL scorer on held-out text (or save GPT-2 Large by name)."""
+    input:
+        code("evaluate/scorer.py", "stages/scorer.py"),
+        corpora=f"{R}/data/corpora" if EXP.scorer.source == "build" else [],
+    output:
+        directory(SCORER),
+    params:
+        settings=as_json(EXP.scorer),
+        corpus=f"--corpus {R}/data/corpora/owt" if EXP.scorer.source == "build" else "",
+    log:
+        f"{R}/logs/scorer.log",
+    shell:
+        "elf scorer --settings {params.settings:q} {params.corpus} --out {output} 2> {log}"
