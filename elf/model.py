@@ -267,9 +267,10 @@ class ELF(nn.Module):
                 nn.init.zeros_(module.adaLN_modulation.bias)
 
     def forward(self, x_in: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
-                mode: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                mode: torch.Tensor | None = None, decode_rows: torch.Tensor | None = None):
         """x_in (B, L, 2d) = [z ; x_sc]; t, w (B,); mode (B,) gate in {0, 1} (None = all off).
-        Returns x̂ (B, L, d) and the text hidden states h (B, L, W) for ``decode``."""
+        Returns x̂ (B, L, d) and the text hidden states h (B, L, W) for ``decode``; with
+        ``decode_rows`` also those rows' logits (inside forward, so DDP sees the decode head)."""
         B, L, _ = x_in.shape
         cfg = self.cfg
         h = self.text_proj(self.self_cond_proj(x_in))                        # (B, L, W)
@@ -291,7 +292,10 @@ class ELF(nn.Module):
         for block in self.blocks:
             h = block(h, rope, n_ctrl, cond)
         h = h[:, n_ctrl:]                                                    # (B, L, W)
-        return self.final_layer(h, cond), h
+        x_hat = self.final_layer(h, cond)
+        if decode_rows is None:
+            return x_hat, h
+        return x_hat, h, self.decode(h[decode_rows])
 
     def decode(self, h: torch.Tensor) -> torch.Tensor:
         """Token logits from text hidden states (before the final norm), (..., L, V)."""

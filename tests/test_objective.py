@@ -75,7 +75,7 @@ def test_decode_rows_see_t_one_mode_on_and_empty_self_cond():
         model.final_layer.linear.weight.normal_(std=0.1)  # zero-init head would give x̂₀ = 0
     seen = []
     forward = model.forward
-    model.forward = lambda x, t, w, mode=None: seen.append((x, t, mode)) or forward(x, t, w, mode)
+    model.forward = lambda x, t, w, mode=None, **kw: seen.append((x, t, mode)) or forward(x, t, w, mode, **kw)
     draws = _draws(4, 12, 16, decode=[1, 0, 1, 0], use_sc=[1, 1, 1, 1], t=[0.3, 0.4, 0.5, 0.6])
     _step(model, data, draws)
     x_main, t_main, mode = seen[-1]

@@ -104,7 +104,9 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     # 3. Main forward on the mixed batch (decode rows: z̃, t = 1, mode tokens on).
     z_main = dec3 * z_dec + (1 - dec3) * z_t
     t_main = torch.where(dec > 0, torch.ones_like(t), t)
-    out_main, h = model(torch.cat([z_main, sc_half], -1), t_main, w, dec)
+    decode_rows = dec.nonzero().squeeze(-1)
+    out_main, _, logits = model(torch.cat([z_main, sc_half], -1), t_main, w, dec,
+                                decode_rows=decode_rows)
     x_hat = as_x(out_main, z_main, t_main)
 
     # 4. Denoise loss against the SC-CFG-guided velocity target.
@@ -125,11 +127,9 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     l2_per_token = (v_hat - v_star).pow(2).mean(-1)                          # (B, L)
 
     # 5. Decode loss: fp32 cross-entropy on decode rows only.
-    decode_rows = dec.nonzero().squeeze(-1)
     ce_per_token = torch.zeros_like(l2_per_token)
-    logits = None
+    logits = logits.float()
     if decode_rows.numel():
-        logits = model.decode(h[decode_rows]).float()
         ce_rows = F.cross_entropy(logits.transpose(1, 2), batch["input_ids"][decode_rows].long(),
                                   reduction="none")
         ce_per_token = ce_per_token.index_put((decode_rows,), ce_rows)
@@ -147,5 +147,5 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
                  x_hat=x_hat.detach(), v_target=v_target, v_star=v_star,
                  l2_per_token=l2_per_token.detach(), ce_per_token=ce_per_token.detach(),
                  loss_mask=mask, decode_rows=decode_rows,
-                 logits_decode_rows=None if logits is None else logits.detach())
+                 logits_decode_rows=logits.detach())
     return StepOutput(loss, ce_loss.detach(), l2_loss.detach(), sums, parts)

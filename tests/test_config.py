@@ -1,0 +1,55 @@
+"""Configuration: every shipped config validates; bad keys, types and ranges fail with a message
+naming the key, the value and what is allowed — before any rule runs."""
+
+import copy
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from elf.config import ConfigError, parse_experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "ci.yaml", "paper.yaml"])
+def test_shipped_configs_validate(name):
+    exp = parse_experiment(yaml.safe_load((ROOT / "config" / name).read_text()))
+    for run in exp.runs:
+        exp.run(run)
+
+
+def _base():
+    return yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+
+
+@pytest.mark.parametrize("mutate, expected", [
+    (lambda c: c["run_defaults"]["budget"].update(stepz=3), ["budget.stepz", "unknown", "allowed keys"]),
+    (lambda c: c["samplers"]["sde8"].update(steps="eight"), ["samplers.sde8.steps", "'eight'", "integer"]),
+    (lambda c: c["samplers"]["sde8"].update(method="heun"), ["samplers.sde8.method", "'heun'", "'ode'"]),
+    (lambda c: c["run_defaults"]["objective"].update(decode_prob=1.5) if "objective" in c["run_defaults"]
+     else c["run_defaults"].update(objective={"decode_prob": 1.5}), ["decode_prob", "1.5", "<= 1"]),
+    (lambda c: c["evaluation"].update(n_samples=0), ["evaluation.n_samples", "0", ">= 1"]),
+    (lambda c: c["figures"]["F4"].update(runs=["nope"]), ["figures.F4.runs", "'nope'"]),
+])
+def test_bad_values_name_key_value_and_allowed(mutate, expected):
+    cfg = copy.deepcopy(_base())
+    mutate(cfg)
+    with pytest.raises(ConfigError) as err:
+        parse_experiment(cfg)
+    for fragment in expected:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
+def test_snakemake_stops_before_any_rule_on_a_bad_config(tmp_path):
+    cfg = _base()
+    cfg["samplers"]["sde8"]["gamma"] = -1.0
+    cfg["results"], cfg["reports"] = str(tmp_path / "results"), str(tmp_path / "reports")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(["snakemake", "-n", "--configfile", str(bad)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "samplers.sde8.gamma" in proc.stderr + proc.stdout and "-1.0" in proc.stderr + proc.stdout
+    assert not (tmp_path / "results").exists()
