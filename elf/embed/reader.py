@@ -23,6 +23,7 @@ source, for label drop) and ``index`` (the dataset rows).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import queue
@@ -37,6 +38,14 @@ from elf.embed.kinds import normalise
 from elf.embed.store import (TOKEN_COLUMNS, EmbeddingStore, TokenArrays, from_storage, open_store)
 
 IN_MEMORY_LIMIT_BYTES = 1 << 30
+_PREFETCHING: "weakref.WeakSet[ShuffledBatches]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_prefetch_threads() -> None:
+    """A daemon thread killed inside a torch op at interpreter exit aborts the process: stop them first."""
+    for batches in list(_PREFETCHING):
+        batches.close()
 
 
 def _token_tensors(cols: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -209,6 +218,7 @@ class ShuffledBatches:
                                         daemon=True, args=(weakref.ref(self), self.epoch, self.position,
                                                            self._queue, self._stop))
         self._worker.start()
+        _PREFETCHING.add(self)
 
     @staticmethod
     def _produce(owner_ref: weakref.ref, epoch: int, position: int, out: queue.Queue,

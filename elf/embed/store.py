@@ -135,7 +135,7 @@ class StoreLayout:
         parts = (f"{self.num_sequences:,} sequences x {self.seq_len} tokens x {self.dim} dims x "
                  f"{self.sequence_bytes // (self.seq_len * self.dim)} bytes ({self.dtype}) = {human_bytes(emb)}")
         if self.conditional:
-            parts += f", x2 with embeddings_nosource"
+            parts += ", x2 with embeddings_nosource"
         return (f"{parts}; {human_bytes(self.total_bytes())} with token arrays "
                 f"({self.num_blocks} {'shards' if self.sharded else 'blocks'} of {self.block_sequences} "
                 f"sequences, chunks of {self.chunk_sequences})")
@@ -151,9 +151,10 @@ def plan_layout(num_sequences: int, seq_len: int, dim: int, dtype: str, conditio
     if num_sequences < 1:
         raise StoreError("no sequences to embed (the token split is empty)")
     seq_bytes = seq_len * dim * (4 if dtype == "float32" else 2)
-    chunk = chunk_sequences or max(1, CHUNK_TARGET_BYTES // seq_bytes)
-    chunk = min(chunk, num_sequences)
     block = block_sequences or max(1, BLOCK_TARGET_BYTES // seq_bytes)
+    chunk = min(chunk_sequences or max(1, CHUNK_TARGET_BYTES // seq_bytes), num_sequences)
+    if chunk_sequences is None:
+        chunk = math.gcd(chunk, block)  # inner chunks must tile a shard
     block = min(max(block, chunk), math.ceil(num_sequences / chunk) * chunk)
     if block % chunk:
         raise StoreError(f"block_sequences {block} must be a multiple of chunk_sequences {chunk}")
