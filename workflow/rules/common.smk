@@ -1,5 +1,6 @@
 # Config validation and the helpers that turn the experiment into paths, settings and targets.
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -44,6 +45,13 @@ def encoder_path(name):
 
 def run_settings(name):
     return EXP.run(name)
+
+
+def runs_of_kind(kind):
+    """A wildcard regex matching the runs of one kind (train / distill / released), so that each
+    kind's rule alone can make ``R/runs/{run}/ema.safetensors``."""
+    names = [name for name in EXP.runs if EXP.run(name).kind == kind]
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
 def train_settings_json(name):

@@ -9,6 +9,8 @@ rule train:
         store=lambda w: f"{R}/embeddings/{run_settings(w.run).dataset}/{run_settings(w.run).embedding}/train.zarr",
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
+    wildcard_constraints:
+        run=runs_of_kind("train"),
     params:
         settings=lambda w: train_settings_json(w.run),
         tokenizer=TOKENIZER,

@@ -1,0 +1,1 @@
+# Progressive distillation rounds (spec §7): teacher + previous student → student checkpoint.

@@ -1,0 +1,1 @@
+# Released checkpoints as runs: the authors' weights instead of a training rule.
