@@ -223,6 +223,8 @@ class EmbeddingSettings:
     mean: float = _f(0.0, help="fixed normalisation mean")
     std: float = _f(0.2, help="fixed normalisation std", lo=0, lo_open=True)
     dtype: Literal["float16", "bfloat16", "float32"] = _f("float16", help="stored dtype")
+    cache: bool = _f(True, help="read a cached Zarr store (true) or embed token ids on the fly each "
+                     "batch (false; needs normalization fixed; kind learned can only be uncached)")
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,11 @@ def _check_refs(exp: Experiment, name: str, run: RunSettings) -> None:
         if ref not in table:
             raise ConfigError(f"config key 'runs.{name}.{key}': '{ref}' is not defined "
                               f"(defined: {', '.join(table)})")
+    emb = exp.embeddings[run.embedding]
+    if (emb.kind == "learned" or not emb.cache) and (emb.cache or emb.normalization != "fixed"):
+        raise ConfigError(f"config key 'embeddings.{run.embedding}': kind {emb.kind!r} with cache "
+                          f"{emb.cache} and normalization {emb.normalization!r}: a learned table cannot be "
+                          "cached (set cache: false), and uncached embeddings need normalization: fixed")
     if run.kind == "distill" and (run.teacher is None or run.distill is None):
         raise ConfigError(f"config key 'runs.{name}': a distill run needs `teacher` and `distill`")
     if run.kind == "released" and not run.released:

@@ -32,6 +32,10 @@ def _base():
      else c["run_defaults"].update(objective={"decode_prob": 1.5}), ["decode_prob", "1.5", "<= 1"]),
     (lambda c: c["evaluation"].update(n_samples=0), ["evaluation.n_samples", "0", ">= 1"]),
     (lambda c: c["figures"]["F4"].update(runs=["nope"]), ["figures.F4.runs", "'nope'"]),
+    (lambda c: c["embeddings"]["encoder"].update(kind="learned"), ["embeddings.encoder", "learned",
+                                                                     "cannot be cached"]),
+    (lambda c: c["embeddings"]["encoder"].update(cache=False), ["embeddings.encoder",
+                                                                  "normalization: fixed"]),
 ])
 def test_bad_values_name_key_value_and_allowed(mutate, expected):
     cfg = copy.deepcopy(_base())

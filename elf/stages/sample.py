@@ -1,10 +1,10 @@
 """``elf sample``: a run's checkpoint (EMA weights) + a named sampler setting + a seed → samples JSONL.
 
-The file's first line is a provenance header (checkpoint sha256, sampler settings, seed, code
-version); each further line is one sample (text, token ids; for conditional tasks the source and the
-reference). Batch ``k`` draws its noise from a generator seeded by (seed, k), so the same seed gives
-the same samples and an interrupted run resumes from the batches already written
-(``<out>.partial``):
+The file's first line is a provenance header (checkpoint sha256, run config hash = ``sha256_json`` of
+the checkpoint config's ``run``, sampler settings, seed, code version); each further line is one
+sample (text, token ids; for conditional tasks the source and the reference). Batch ``k`` draws its
+noise from a generator seeded by (seed, k), so the same seed gives the same samples and an
+interrupted run resumes from the batches already written (``<out>.partial``):
 
     elf sample --checkpoint results/runs/base --sampler '{"method": "sde", "steps": 32, ...}' \
         --sampler-name sde32 --seed 0 --n 64 --tokenizer results/models/tokenizer --out s.jsonl
@@ -53,7 +53,7 @@ def run(args) -> None:
     from elf.config import ConfigError, SamplerSettings, from_dict, to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.evaluate.samples import write_samples
-    from elf.io import provenance
+    from elf.io import provenance, sha256_json
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
     try:
@@ -74,8 +74,11 @@ def run(args) -> None:
         n = min(n, args.n)
     header = provenance(checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256(
         Path(args.checkpoint)), run=args.run_name or Path(args.checkpoint).name,
+        run_config_sha256=sha256_json(meta["run"]),
         sampler=args.sampler_name, sampler_settings=to_dict(settings), seed=args.seed, n=n,
-        task=meta["dataset"]["task"])
+        batch_size=args.batch_size, task=meta["dataset"]["task"], eval_store=args.store,
+        eval_tokens=args.tokens, eval_split=args.split if conditional else None,
+        eval_store_identity=source_rows["store_identity"] if conditional else None)
     partial = Path(str(args.out) + ".partial")
     rows = _resume(partial, header)
     L, d = meta["model"]["max_length"], meta["model"]["d"]
@@ -115,7 +118,8 @@ def _conditional_inputs(args, meta) -> dict:
     e = meta["embedding"]
     x = normalise(emb, store.stats, e["normalization"], e["mean"], e["std"]).float()
     packed = datasets.load_from_disk(args.tokens)[args.split]
-    return dict(input_ids=torch.as_tensor(np.asarray(rows["input_ids"]), dtype=torch.long),
+    return dict(store_identity=store.attrs.get("identity_sha256"),
+                input_ids=torch.as_tensor(np.asarray(rows["input_ids"]), dtype=torch.long),
                 cond_seq_mask=torch.as_tensor(np.asarray(rows["cond_seq_mask"])) > 0, x=x,
                 source_length=torch.as_tensor(np.asarray(packed["source_length"])),
                 source_text=list(packed["source_text"]), reference=list(packed["reference"]))
@@ -164,7 +168,10 @@ def _resume(partial: Path, header: dict) -> list[dict]:
         old = json.loads(lines[0])["provenance"]
     except (IndexError, json.JSONDecodeError, KeyError):
         return []
-    same = all(old.get(k) == header[k] for k in ("checkpoint_sha256", "sampler_settings", "seed", "n"))
+    # batch k's noise comes from generator (seed, k) in one draw of batch_size rows: rows written
+    # with another batch size are other samples
+    same = all(old.get(k) == header[k]
+               for k in ("checkpoint_sha256", "sampler_settings", "seed", "n", "batch_size"))
     if not same:
         return []
     rows = []
