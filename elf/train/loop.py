@@ -17,7 +17,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 import torch.distributed as dist
@@ -65,11 +65,23 @@ class CrashForTest(RuntimeError):
 def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_dir: Path, meta: dict,
           *, loss_covers_padding: bool, seq_shape: tuple[int, int], rank: int = 0,
           world_size: int = 1, device: torch.device | str = "cpu", progress: bool = True,
-          crash_after_step: int | None = None) -> None:
+          crash_after_step: int | None = None, draw_fn: Callable | None = None,
+          step_fn: Callable | None = None) -> None:
     """Train ``model`` per ``run`` and write the final checkpoint into ``out_dir``.
 
     ``seq_shape`` = (L, d) of one sequence's embeddings; ``meta`` goes into ``config.json``.
+    The objective is pluggable (progressive distillation, ``elf/stages/distill.py``):
+    ``draw_fn(global_shape, generator)`` returns a step's draws (a dataclass of batch-first tensors
+    with ``.to(device)``) and ``step_fn(net, batch, draws, denominator)`` a ``StepOutput``; the
+    defaults are spec §4's ``draw_step`` and ``training_step``.
     """
+    if draw_fn is None:
+        def draw_fn(shape, gen):
+            return draw_step(shape, run.objective, gen)
+    if step_fn is None:
+        def step_fn(net, batch, draws, denominator):
+            return training_step(net, batch, draws, run.objective, prediction=run.model.prediction,
+                                 loss_covers_padding=loss_covers_padding, denominator=denominator)
     out_dir = Path(out_dir)
     device = torch.device(device)
     b, o = run.budget, run.optim
@@ -115,7 +127,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         denom = sum(loss_mask(m, loss_covers_padding).sum() for m in micro)
         denom = _all_reduce(denom.clone().float(), world_size).clamp_min(1)
         sums = torch.zeros(4, device=device)
-        step_draws = draw_step((b.batch_size, *seq_shape), run.objective, generator)
+        step_draws = draw_fn((b.batch_size, *seq_shape), generator)
         for i, batch in enumerate(micro):
             start = i * micro_global + rank * micro_local
             rows = slice(start, start + micro_local)
@@ -123,9 +135,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
             sync = contextlib.nullcontext() if (world_size == 1 or i == b.grad_accum - 1) \
                 else net.no_sync()
             with sync, autocast:
-                out = training_step(forward, batch, draws, run.objective,
-                                    prediction=run.model.prediction,
-                                    loss_covers_padding=loss_covers_padding, denominator=denom)
+                out = step_fn(forward, batch, draws, denom)
                 # DDP averages gradients over ranks; the loss is already globally normalised.
                 (out.loss * world_size).backward()
             sums += out.sums.float()

@@ -1,0 +1,211 @@
+"""One progressive-distillation step's loss (spec §7, ELF+PD), with every random draw made in
+``draw_distill_step`` (as ``elf.flow.objective.draw_step`` does for training), so a test can inject its
+own ``DistillDraws`` and replay a step exactly. No I/O.
+
+Per example (batch tensors as in ``elf.flow.objective``):
+- decode rows (p ``decode_prob``) keep the training cross-entropy unchanged (spec §4 steps 3 and 5);
+- every other row is a distillation row. With span Δ = 1/N_student and K teacher sub-steps::
+
+      t_s = sigmoid(N(μ, σ²))·(1 − Δ),  t_t = t_s + Δ,  z_s = t_s·x + (1 − t_s)·σ_n·ε
+      x̂₀  = teacher([z_s ; 0], t_s, w)                               gradient-free
+      sc   = x̂₀ on self-conditioning rows (p 0.5), zeros otherwise     the student's self-cond half
+      teacher: τ_0 = t_s < τ_1 < … < τ_K = t_t, τ_1..τ_{K−1} sorted logit-normal points in the span,
+               x̂_k = teacher([z_k ; sc_k], τ_k, w),  z_{k+1} = z_k + (τ_{k+1} − τ_k)·(x̂_k − z_k)/(1 − τ_k),
+               sc_0 = sc, sc_{k+1} = x̂_k                               chained self-conditioning
+      x̃ = z_s + (1 − t_s)/(t_t − t_s)·(z_K − z_s)    (x̂_0 of the chain when t_t − t_s < 1e-3)
+      loss per token = mean_d (x̂_student([z_s ; sc], t_s, w) − x̃)²  (no velocity weighting)
+
+  x̃ is the x̂ with which one student Euler step from (z_s, t_s) lands where the teacher's K sub-steps
+  land. It is a weighted average of the teacher's sub-step predictions: a teacher that predicts a fixed
+  x gives x̃ = x for every span and K (tests/test_distill.py checks this and the general weights).
+- Total = (Σ CE·mask_decode + Σ MSE·mask_distill) / Σ mask, one denominator as in training.
+
+Choices the spec leaves open (made here, documented so they can be changed deliberately):
+- The teacher uses the row's sampled SC-CFG scale ``w`` (the student's) in every call, mode off.
+- The teacher's first sub-step sees exactly the student's input (z_s, t_s, self-cond half, w): on
+  self-conditioning rows x̂₀, otherwise zeros; so on rows without self-conditioning at t_s = 0 (round 5)
+  the target is the teacher's own sampling trajectory from noise. Teacher calls per step: 1 + K.
+- Sub-step points are drawn per example, logit-normal with the training time law (``t_mean``,
+  ``t_std``; the sampler grid's defaults −1.5, 0.8), sorted, rescaled into the row's span.
+- The teacher's Euler update divides by (1 − τ), not max(1 − τ, t_eps): τ_k < t_t ≤ 1 and the update is
+  the convex step z ← (1 − r)·z + r·x̂ with r = (τ_{k+1} − τ_k)/(1 − τ_k) ≤ 1, so no clamp is needed, and
+  the sub-steps are then exact for a constant x̂. The clamp only differs for τ > 1 − t_eps (0.95). The
+  target formula likewise uses (1 − t_s); it inverts the student's clamped Euler step whenever
+  Δ ≥ t_eps (every round of the curriculum: Δ ≥ 1/16), since 1 − t_s ≥ Δ.
+- Small-span fallback (Δ < 1e-3, i.e. more than 1000 student steps): x̃ = the teacher's first
+  sub-step prediction x̂ at (z_s, t_s), avoiding the division by a tiny span.
+- Teacher forwards run on the distillation rows only (decode rows never need them).
+- Conditional data: source positions stay at the clean x in z_s, in the teacher's states and
+  predictions, and in every self-conditioning half (as in training and sampling); label drop as in
+  training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn.functional as F
+
+from elf.config import DistillSettings, ObjectiveSettings
+from elf.flow.objective import StepOutput, clean_embeddings, loss_mask
+from elf.flow.paths import interpolate, logit_normal, sc_cfg_scale, x_from_output
+
+SMALL_SPAN = 1e-3  # below this span the target is the teacher's direct x̂ (spec §7)
+
+
+@dataclass
+class DistillDraws:
+    """Every random quantity of one distillation step; eps tensors are unit normals."""
+    decode_row: torch.Tensor      # (B,) float 0/1: decode (CE) branch
+    times: torch.Tensor           # (B, K+1) teacher sub-step times t_s = τ_0 < … < τ_K = t_t
+    eps: torch.Tensor             # (B, L, d) noise of z_s
+    lam: torch.Tensor             # (B, L) per-token decode mixing weight
+    eps_decode: torch.Tensor      # (B, L, d) decode noise
+    use_self_cond: torch.Tensor   # (B,) float 0/1
+    w: torch.Tensor               # (B,) SC-CFG scale
+    label_drop: torch.Tensor      # (B,) bool
+
+    @property
+    def t_s(self) -> torch.Tensor:
+        return self.times[:, 0]
+
+    @property
+    def t_t(self) -> torch.Tensor:
+        return self.times[:, -1]
+
+    @property
+    def substeps(self) -> int:
+        return self.times.shape[1] - 1
+
+    def to(self, device) -> "DistillDraws":
+        return DistillDraws(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
+def substep_times(t_s: torch.Tensor, span: float, inner_unit: torch.Tensor) -> torch.Tensor:
+    """(B, K+1) times: t_s, then t_s + span·(sorted points in (0, 1)), then t_s + span."""
+    inner = t_s[:, None] + span * inner_unit.sort(dim=1).values
+    return torch.cat([t_s[:, None], inner, (t_s + span)[:, None]], dim=1)
+
+
+def draw_distill_step(shape: tuple[int, int, int], s: ObjectiveSettings, d: DistillSettings,
+                      generator: torch.Generator, device="cpu") -> DistillDraws:
+    """Draw one step's randomness from ``generator`` (on CPU, so results do not depend on device)."""
+    B, L, dim = shape
+    g = dict(generator=generator)
+    span = 1.0 / d.student_steps
+    decode_row = (torch.rand(B, **g) < s.decode_prob).float()
+    t_s = logit_normal(torch.randn(B, **g), s.t_mean, s.t_std) * (1.0 - span)
+    inner_unit = logit_normal(torch.randn(B, d.teacher_substeps - 1, **g), s.t_mean, s.t_std)
+    eps = torch.randn(B, L, dim, **g)
+    lam = logit_normal(torch.randn(B, L, **g), s.decode_lambda_mean, s.decode_lambda_std)
+    eps_decode = torch.randn(B, L, dim, **g)
+    use_self_cond = (torch.rand(B, **g) < s.self_cond_prob).float()
+    w = sc_cfg_scale(torch.rand(B, **g), s.sc_cfg_min, s.sc_cfg_max)
+    label_drop = torch.rand(B, **g) < s.label_drop_prob
+    return DistillDraws(decode_row, substep_times(t_s, span, inner_unit), eps, lam, eps_decode,
+                        use_self_cond, w, label_drop).to(device)
+
+
+def _col(t: torch.Tensor) -> torch.Tensor:
+    return t[:, None, None]
+
+
+def network_x(model, z: torch.Tensor, self_cond: torch.Tensor, t: torch.Tensor, w: torch.Tensor,
+              prediction: str, s: ObjectiveSettings) -> torch.Tensor:
+    """x̂ of a denoise-mode forward on [z ; self_cond] at times t with SC-CFG scales w."""
+    out = model(torch.cat([z, self_cond], -1), t, w)[0]
+    return x_from_output(out, z, t, prediction, s.t_eps, s.noise_scale)
+
+
+def teacher_trajectory(teacher, z_s: torch.Tensor, self_cond: torch.Tensor, times: torch.Tensor,
+                       w: torch.Tensor, s: ObjectiveSettings, *, prediction: str = "x",
+                       source: torch.Tensor | None = None, x_clean: torch.Tensor | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's K Euler sub-steps over ``times`` (B, K+1) from ``z_s`` with chained
+    self-conditioning starting at ``self_cond``. Returns (z at τ_K, the first sub-step's x̂).
+    ``source`` (B, L, 1) bool pins those positions of every x̂ to ``x_clean``. Call without grad."""
+    z, sc, first = z_s, self_cond, None
+    for k in range(times.shape[1] - 1):
+        tau, tau_next = times[:, k], times[:, k + 1]
+        x_hat = network_x(teacher, z, sc, tau, w, prediction, s)
+        if source is not None:
+            x_hat = torch.where(source, x_clean, x_hat)
+        first = x_hat if first is None else first
+        z = z + _col(tau_next - tau) * (x_hat - z) / _col(1 - tau)
+        sc = x_hat
+    return z, first
+
+
+def distill_target(z_s: torch.Tensor, z_t: torch.Tensor, t_s: torch.Tensor, t_t: torch.Tensor,
+                   x_direct: torch.Tensor) -> torch.Tensor:
+    """x̃ = z_s + (1 − t_s)/(t_t − t_s)·(z_t − z_s); ``x_direct`` on rows whose span is < 1e-3."""
+    span = t_t - t_s
+    x_tilde = z_s + _col((1 - t_s) / span.clamp_min(SMALL_SPAN)) * (z_t - z_s)
+    return torch.where(_col(span < SMALL_SPAN), x_direct, x_tilde)
+
+
+def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: ObjectiveSettings, *,
+                 student_prediction: str = "x", teacher_prediction: str = "x",
+                 loss_covers_padding: bool = False,
+                 denominator: torch.Tensor | None = None) -> StepOutput:
+    """The ELF+PD loss of spec §7 on one batch, given the step's draws (see module docstring).
+
+    ``denominator`` overrides Σ mask (the loop passes the global batch's mask sum, as in training).
+    ``sums`` = [Σ CE·mask, Σ MSE·mask, Σ mask on decode rows, Σ mask on distillation rows]."""
+    src = batch["cond_seq_mask"][..., None] > 0                            # (B, L, 1)
+    x0 = clean_embeddings(batch, draws.label_drop)
+    t_s, w, dec = draws.t_s, draws.w, draws.decode_row
+    dec3 = _col(dec)
+
+    z_s = torch.where(src, x0, interpolate(x0, draws.eps, t_s, s.noise_scale))
+    z_dec = interpolate(x0, draws.eps_decode, draws.lam, s.decode_noise_scale)  # source not restored
+
+    # Teacher, gradient-free, on the distillation rows only.
+    rows = (dec == 0).nonzero().squeeze(-1)
+    sc_half = torch.zeros_like(x0)
+    target = torch.zeros_like(x0)
+    calls = 0
+    if rows.numel():
+        with torch.no_grad():
+            r_src, r_x0, r_z, r_t, r_w = src[rows], x0[rows], z_s[rows], t_s[rows], w[rows]
+            sc_empty = torch.where(r_src, r_x0, torch.zeros_like(r_x0))
+            x_hat_first = network_x(teacher, r_z, sc_empty, r_t, r_w, teacher_prediction, s)
+            r_sc = torch.where(r_src, r_x0, x_hat_first * _col(draws.use_self_cond[rows]))
+            z_t, x_direct = teacher_trajectory(teacher, r_z, r_sc, draws.times[rows], r_w, s,
+                                               prediction=teacher_prediction, source=r_src,
+                                               x_clean=r_x0)
+            r_target = distill_target(r_z, z_t, r_t, draws.t_t[rows], x_direct)
+        sc_half = sc_half.index_put((rows,), r_sc)
+        target = target.index_put((rows,), r_target)
+        calls = 1 + draws.substeps
+
+    # Student: one forward on the mixed batch (decode rows: z̃, t = 1, mode on, self-cond zeros).
+    z_main = dec3 * z_dec + (1 - dec3) * z_s
+    t_main = torch.where(dec > 0, torch.ones_like(t_s), t_s)
+    decode_rows = dec.nonzero().squeeze(-1)
+    out_main, _, logits = student(torch.cat([z_main, sc_half], -1), t_main, w, dec,
+                                  decode_rows=decode_rows)
+    x_hat = x_from_output(out_main, z_main, t_main, student_prediction, s.t_eps, s.noise_scale)
+    mse_per_token = (x_hat - target).pow(2).mean(-1)                       # (B, L)
+
+    ce_per_token = torch.zeros_like(mse_per_token)
+    logits = logits.float()
+    if decode_rows.numel():
+        ce_rows = F.cross_entropy(logits.transpose(1, 2), batch["input_ids"][decode_rows].long(),
+                                  reduction="none")
+        ce_per_token = ce_per_token.index_put((decode_rows,), ce_rows)
+
+    mask = loss_mask(batch, loss_covers_padding)
+    ce_sum = (ce_per_token * mask * dec[:, None]).sum()
+    mse_sum = (mse_per_token * mask * (1 - dec[:, None])).sum()
+    denom = mask.sum().clamp_min(1) if denominator is None else denominator
+    loss = (ce_sum + mse_sum) / denom
+    ce_count, mse_count = (mask * dec[:, None]).sum(), (mask * (1 - dec[:, None])).sum()
+    sums = torch.stack([ce_sum, mse_sum, ce_count, mse_count]).detach()
+    parts = dict(z_s=z_s, z_decode=z_dec, t_main=t_main, sc_half=sc_half, target=target,
+                 x_hat=x_hat.detach(), mse_per_token=mse_per_token.detach(),
+                 ce_per_token=ce_per_token.detach(), loss_mask=mask, decode_rows=decode_rows,
+                 distill_rows=rows, teacher_calls=calls)
+    return StepOutput(loss, (ce_sum / ce_count.clamp_min(1)).detach(),
+                      (mse_sum / mse_count.clamp_min(1)).detach(), sums, parts)
