@@ -1,0 +1,208 @@
+"""``elf sample`` and ``elf trajectory`` end to end on a tiny checkpoint and tokenizer built here.
+
+The checkpoint is a small random ELF (non-zero denoise head) saved with ``save_final`` and a
+config.json like ``elf train`` writes; the tokenizer is a word-level one over "w3" … "w31"
+(pad 0, EOS 1, unk 2) saved with ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import elf.stages.sample as sample_stage
+from elf.cli import main
+from elf.config import DatasetSettings, EmbeddingSettings, RunSettings, SamplerSettings, to_dict
+from elf.evaluate.samples import read_samples
+from elf.flow.samplers import time_grid
+from elf.stages.trajectory import closest_steps
+from elf.train.checkpoint import model_meta, save_final
+from tests.helpers import TINY, tiny_model
+
+SAMPLER = dict(method="sde", steps=3, gamma=1.0, grid="logit_normal", sc_cfg=2.0)
+
+
+def build_tokenizer(path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "</s>": 1, "<unk>": 2, **{f"w{i}": i for i in range(3, TINY["vocab_size"])}}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>",
+                                        eos_token="</s>", unk_token="<unk>")
+    tokenizer.save_pretrained(path)
+
+
+def build_checkpoint(path):
+    model = tiny_model(0)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.final_layer.linear.parameters():
+            p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    dataset = DatasetSettings(task="unconditional", source="embedded", name="toy",
+                              max_length=TINY["max_length"])
+    meta = model_meta(model.cfg, run=to_dict(RunSettings(dataset="toy")), dataset=to_dict(dataset),
+                      embedding=to_dict(EmbeddingSettings()))
+    save_final(path, model.state_dict(), model.state_dict(), meta)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("assets")
+    build_checkpoint(root / "run")
+    build_tokenizer(root / "tok")
+    return root
+
+
+def sample(assets, out, seed=0, n=6, batch_size=2, sampler=SAMPLER) -> int:
+    return main(["sample", "--checkpoint", str(assets / "run"), "--sampler", json.dumps(sampler),
+                 "--sampler-name", "sde3", "--seed", str(seed), "--n", str(n),
+                 "--batch-size", str(batch_size), "--tokenizer", str(assets / "tok"),
+                 "--out", str(out), "--no-progress"])
+
+
+def token_ids(path):
+    return [row["token_ids"] for row in read_samples(path)[1]]
+
+
+def test_same_seed_same_samples(assets, tmp_path):
+    assert sample(assets, tmp_path / "a.jsonl") == 0
+    assert sample(assets, tmp_path / "b.jsonl") == 0
+    (prov_a, rows_a), (_, rows_b) = read_samples(tmp_path / "a.jsonl"), read_samples(tmp_path / "b.jsonl")
+    assert rows_a == rows_b
+    assert [row["i"] for row in rows_a] == list(range(6))
+    assert prov_a["seed"] == 0 and prov_a["sampler"] == "sde3" and prov_a["batch_size"] == 2
+    assert prov_a["sampler_settings"] == to_dict(SamplerSettings(**SAMPLER))
+    assert len(prov_a["checkpoint_sha256"]) == 64
+    assert not (tmp_path / "a.jsonl.partial").exists()
+    assert all(row["token_ids"] for row in rows_a)  # a random model rarely emits EOS first
+    assert all(1 not in row["token_ids"] and 0 not in row["token_ids"] for row in rows_a)
+
+
+def test_six_seeds_six_different_sample_sets(assets, tmp_path):
+    sets = []
+    for seed in range(6):
+        assert sample(assets, tmp_path / f"seed{seed}.jsonl", seed=seed, n=2) == 0
+        sets.append(token_ids(tmp_path / f"seed{seed}.jsonl"))
+        assert read_samples(tmp_path / f"seed{seed}.jsonl")[0]["seed"] == seed
+    assert len({json.dumps(s) for s in sets}) == 6
+
+
+class Interrupt(RuntimeError):
+    pass
+
+
+def interrupted_run(assets, out, monkeypatch, batches_before_failure=1, batch_size=2):
+    """Run the stage with a failure in batch ``batches_before_failure`` (0-based)."""
+    real = sample_stage._sample_batch
+    calls = []
+
+    def failing(*args, **kwargs):
+        if len(calls) == batches_before_failure:
+            raise Interrupt("simulated kill")
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sample_stage, "_sample_batch", failing)
+    with pytest.raises(Interrupt):
+        sample(assets, out, batch_size=batch_size)
+    monkeypatch.setattr(sample_stage, "_sample_batch", real)
+
+
+def counting(monkeypatch):
+    real, seen = sample_stage._sample_batch, []
+
+    def spy(model, meta, s, tokenizer, lo, hi, *rest):
+        seen.append((lo, hi))
+        return real(model, meta, s, tokenizer, lo, hi, *rest)
+
+    monkeypatch.setattr(sample_stage, "_sample_batch", spy)
+    return seen
+
+
+def test_interrupted_run_resumes_from_written_batches(assets, tmp_path, monkeypatch):
+    assert sample(assets, tmp_path / "full.jsonl") == 0
+    out = tmp_path / "resumed.jsonl"
+    interrupted_run(assets, out, monkeypatch)
+    partial = tmp_path / "resumed.jsonl.partial"
+    assert not out.exists() and partial.exists()
+    lines = partial.read_text().splitlines()
+    assert "provenance" in json.loads(lines[0]) and len(lines) == 1 + 2
+    with open(partial, "a") as fh:
+        fh.write('{"i": 2, "text": "cut by the ki')  # a line cut by the kill
+    seen = counting(monkeypatch)
+    assert sample(assets, out) == 0
+    assert seen == [(2, 4), (4, 6)]  # batch 0 was not redone
+    assert read_samples(out)[1] == read_samples(tmp_path / "full.jsonl")[1]
+    assert not partial.exists()
+
+
+def test_partial_from_another_batch_size_is_not_reused(assets, tmp_path, monkeypatch):
+    out = tmp_path / "s.jsonl"
+    interrupted_run(assets, out, monkeypatch, batch_size=4)  # 4 rows written
+    seen = counting(monkeypatch)
+    assert sample(assets, out, batch_size=2) == 0
+    assert seen == [(0, 2), (2, 4), (4, 6)]
+    monkeypatch.undo()
+    assert sample(assets, tmp_path / "ref.jsonl", batch_size=2) == 0
+    assert read_samples(out)[1] == read_samples(tmp_path / "ref.jsonl")[1]
+
+
+def test_bad_sampler_json_is_a_clean_error(assets, tmp_path, capsys):
+    assert sample(assets, tmp_path / "x.jsonl", sampler={"method": "heun"}) == 2
+    assert "--sampler" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# elf trajectory
+# --------------------------------------------------------------------------------------------------
+
+def trajectory(assets, out, at, sampler, n=2, seed=3) -> int:
+    return main(["trajectory", "--checkpoint", str(assets / "run"), "--sampler", json.dumps(sampler),
+                 "--seed", str(seed), "--n", str(n), "--tokenizer", str(assets / "tok"),
+                 "--at", at, "--out", str(out)])
+
+
+def test_closest_steps():
+    assert closest_steps([0.0, 0.25, 0.5, 0.75, 1.0], [0.1, 0.3, 0.2, 0.9, 1.0]) == [0, 1, 4]
+    assert closest_steps([0.0, 0.5, 1.0], [0.25]) == [0]  # first on a tie
+
+
+def test_trajectory_records_closest_steps_and_ends_on_the_samples(assets, tmp_path):
+    sampler = dict(SAMPLER, steps=6)
+    out = tmp_path / "traj.json"
+    assert trajectory(assets, out, "0,0.1,0.3,0.5,0.9,1", sampler) == 0
+    blob = json.loads(out.read_text())
+    prov, steps = blob["provenance"], blob["steps"]
+    g = sample_stage.batch_generator(3, 0)
+    torch.randn(2, TINY["max_length"], TINY["d"], generator=g)  # the initial noise comes first
+    grid = time_grid(SamplerSettings(**sampler), g).tolist()
+    assert prov["grid"] == pytest.approx(grid) and prov["seed"] == 3
+    candidates = grid[:-1] + [1.0]
+    expected = sorted({min(range(7), key=lambda i: abs(candidates[i] - a))
+                       for a in (0, 0.1, 0.3, 0.5, 0.9, 1)})
+    assert [s["step"] for s in steps] == expected
+    assert [s["t"] for s in steps] == pytest.approx([candidates[k] for k in expected])
+    assert steps[-1]["state"] == "final" and steps[0]["state"] == "x_hat"
+    assert all(len(s["texts"]) == 2 for s in steps)
+    # the end state is batch 0 of `elf sample` with the same seed and batch size n
+    assert sample(assets, tmp_path / "s.jsonl", seed=3, n=2, batch_size=2, sampler=sampler) == 0
+    rows = read_samples(tmp_path / "s.jsonl")[1]
+    assert steps[-1]["texts"] == [row["text"] for row in rows]
+    assert steps[-1]["token_ids"] == [row["token_ids"] for row in rows]
+    # the first estimate (from pure noise) is not yet the final text
+    assert steps[0]["token_ids"] != steps[-1]["token_ids"]
+    # deterministic
+    assert trajectory(assets, tmp_path / "again.json", "0,0.1,0.3,0.5,0.9,1", sampler) == 0
+    assert json.loads((tmp_path / "again.json").read_text())["steps"] == steps
+
+
+@pytest.mark.parametrize("at", ["0.5,2", "a,b", ""])
+def test_trajectory_rejects_bad_times(assets, tmp_path, at, capsys):
+    assert trajectory(assets, tmp_path / "t.json", at, SAMPLER) == 2
+    assert "--at" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()
