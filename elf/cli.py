@@ -11,8 +11,8 @@ import importlib
 import sys
 
 # DAG order; each name is a module under elf.stages.
-STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "train", "distill", "sample",
-          "trajectory", "score", "aggregate", "report", "audit")
+STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "train", "distill",
+          "release", "sample", "trajectory", "score", "aggregate", "report", "audit")
 
 
 class ElfError(Exception):

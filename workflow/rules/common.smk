@@ -11,6 +11,9 @@ try:
 except ConfigError as err:
     sys.exit(f"Invalid configuration: {err}")
 
+# Every rule runs in the project's pinned environment (the README sets it up once; with
+# --use-conda Snakemake builds it from the same file).
+ENV = str(Path(workflow.basedir).parent / "environment.yml")
 R = EXP.results.rstrip("/")
 P = EXP.reports.rstrip("/")
 ELF = Path(workflow.basedir).parent / "elf"
@@ -106,3 +109,68 @@ def write_if_changed(path, text):
 
 
 EXPERIMENT_FILE = write_if_changed(f"{R}/experiment.json", json.dumps(config, indent=1, sort_keys=True))
+
+
+# ---- input functions of the stage rules (kept here: rule files hold rules only) ----
+
+
+def tokenizer_input(wildcards=None):
+    return [TOKENIZER] if EXP.tokenizer.source == "build" else []
+
+
+def corpora_input(dataset):
+    return [f"{R}/data/corpora"] if EXP.datasets[dataset].source == "embedded" else []
+
+
+def conditional_inputs(w):
+    run = run_settings(w.run)
+    if EXP.datasets[run.dataset].task == "unconditional":
+        return {}
+    split = EXP.evaluation.split
+    return dict(store=f"{R}/embeddings/{run.dataset}/{run.embedding}/{split}.zarr",
+                tokens=f"{R}/data/{run.dataset}/tokens")
+
+
+def distill_init(run):
+    """The run whose EMA weights initialise the student: `init_from`, else the teacher."""
+    settings = run_settings(run)
+    return settings.init_from or settings.teacher
+
+
+def report_args():
+    return (f"--config {EXPERIMENT_FILE} --aggregates-root {R}/aggregates "
+            f"--dataset-scores-root {R}/scores/_dataset --paper-values config/paper_values.yaml "
+            f"--out {P}")
+
+
+def ids_of_kind(kind):
+    """A wildcard regex matching the figure ids of one kind (figure / table)."""
+    ids = [fid for fid, fig in EXP.figures.items() if fig.kind == kind]
+    return "|".join(re.escape(i) for i in ids) if ids else "(?!)"
+
+
+def caption_text(fid):
+    """The caption of a figure or table (the report's caption template shows it, from params: a
+    caption path cannot depend on a wildcard; so an edited caption re-renders its figure)."""
+    path = Path(workflow.basedir, "report", f"{fid}.rst")
+    return (path if path.exists() else path.with_name("generic.rst")).read_text().strip()
+
+
+def plain(text):
+    # Snakemake substitutes {name} in report categories and labels as wildcards; no escape exists.
+    return text.replace("{", "(").replace("}", ")")
+
+
+def in_report(path, fmt):
+    """Register one rendered file for the HTML report (captioned.rst shows params.caption)."""
+    return report(path, caption="../report/captioned.rst",
+                  category=lambda w: plain(EXP.figures[w.fid].section),
+                  subcategory=lambda w: f"{EXP.figures[w.fid].kind.capitalize()}s",
+                  labels=lambda w: {"id": w.fid, "title": plain(EXP.figures[w.fid].title),
+                                    "format": fmt})
+
+
+def rendered(fid):
+    """Every file the figure or table rule writes for ``fid`` (provenance sidecar included)."""
+    folder = "figures" if EXP.figures[fid].kind == "figure" else "tables"
+    return figure_files(fid) + [f"{P}/{folder}/{fid}.json"]

@@ -3,6 +3,8 @@
 
 rule corpora:
     """Generate the embedded corpora (owt, wmt, xsum) deterministically from a seed."""
+    conda:
+        ENV
     input:
         code("data/corpora.py", "stages/corpora.py"),
     output:
@@ -17,6 +19,8 @@ rule corpora:
 
 rule tokenizer:
     """Train the T5-style tokenizer on the embedded corpora (paper config: t5-small by name)."""
+    conda:
+        ENV
     input:
         code("data/tokenizer.py", "stages/tokenizer.py"),
         corpora=rules.corpora.output,
@@ -30,16 +34,12 @@ rule tokenizer:
         "elf tokenizer --settings {params.settings:q} --corpora {input.corpora} --out {output} 2> {log}"
 
 
-def tokenizer_input(wildcards=None):
-    return [TOKENIZER] if EXP.tokenizer.source == "build" else []
-
-
-def corpora_input(dataset):
-    return [f"{R}/data/corpora"] if EXP.datasets[dataset].source == "embedded" else []
 
 
 rule prepare:
     """Tokenise (no added special tokens) and pack one dataset into fixed-length sequences."""
+    conda:
+        ENV
     input:
         code("data", "stages/prepare.py"),
         tok=tokenizer_input,
@@ -59,6 +59,8 @@ rule prepare:
 
 rule encoder:
     """Train a small T5 encoder from scratch with span corruption (or save a pretrained one)."""
+    conda:
+        ENV
     input:
         code("embed/encoder.py", "stages/encoder.py"),
         tok=tokenizer_input,
@@ -77,6 +79,8 @@ rule encoder:
 
 rule scorer:
     """Train the small GPT-2 Gen. PPL scorer on held-out text (or save GPT-2 Large by name)."""
+    conda:
+        ENV
     input:
         code("evaluate/scorer.py", "stages/scorer.py"),
         corpora=f"{R}/data/corpora" if EXP.scorer.source == "build" else [],

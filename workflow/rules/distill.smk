@@ -4,14 +4,11 @@
 # so round k waits for round k−1. tokens.json records the training tokens per round (Fig. 9b).
 
 
-def distill_init(run):
-    """The run whose EMA weights initialise the student: `init_from`, else the teacher."""
-    settings = run_settings(run)
-    return settings.init_from or settings.teacher
-
 
 rule distill:
     """One distillation round of the experiment matrix."""
+    conda:
+        ENV
     input:
         code("model.py", "flow/paths.py", "flow/objective.py", "flow/distill.py", "train",
              "embed/reader.py", "stages/train.py", "stages/distill.py"),

@@ -1,1 +1,32 @@
-# Released checkpoints as runs: the authors' weights instead of a training rule.
+# Released checkpoints as runs: the authors' weights instead of a training rule (runs of kind
+# `released`, e.g. `R01_released: {kind: released, released: embedded-language-flows/ELF-B-owt-torch}`).
+# A Hugging Face id is downloaded here, on the machine that runs Snakemake (localrule: cluster compute
+# nodes are often offline); a local file is an input, so replacing it reruns the conversion.
+
+
+localrules:
+    released,
+
+
+rule released:
+    """Fetch one released checkpoint and convert it into this pipeline's checkpoint format."""
+    conda:
+        ENV
+    input:
+        code("model.py", "train/checkpoint.py", "stages/release.py"),
+        tok=tokenizer_input,
+        source=lambda w: [f for f in [run_settings(w.run).released] if Path(f).is_file()],
+    output:
+        f"{R}/runs/{{run}}/ema.safetensors",
+    wildcard_constraints:
+        run=runs_of_kind("released"),
+    params:
+        settings=lambda w: train_settings_json(w.run),
+        source=lambda w: run_settings(w.run).released,
+        tokenizer=TOKENIZER,
+        out=lambda w: f"{R}/runs/{w.run}",
+    log:
+        f"{R}/logs/released/{{run}}.log",
+    shell:
+        "elf release --source {params.source:q} --settings {params.settings:q} "
+        "--tokenizer {params.tokenizer} --out {params.out} 2> {log}"

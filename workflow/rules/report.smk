@@ -1,21 +1,13 @@
 # Aggregates → every figure and table (with captions), the replication review and the manifest.
-
-
-def report_args():
-    return (f"--config {EXPERIMENT_FILE} --aggregates-root {R}/aggregates "
-            f"--dataset-scores-root {R}/scores/_dataset --paper-values config/paper_values.yaml "
-            f"--out {P}")
-
-
-def captioned(fid, path):
-    fig = EXP.figures[fid]
-    return report(path, caption=f"report/{fid}.rst" if Path(workflow.basedir, "report",
-                  f"{fid}.rst").exists() else "report/generic.rst", category=fig.section,
-                  labels={"id": fid, "file": Path(path).name})
+# Figures and tables are registered for Snakemake's HTML report (`snakemake --report report.html`):
+# one category per paper section (the figure's `section` setting), the caption from
+# workflow/report/<id>.rst (generic.rst where an id has none).
 
 
 rule figure:
-    """Render one figure or table of the paper from its aggregates."""
+    """Render one figure of the paper from its aggregates: PNG, plotted numbers (CSV), provenance."""
+    conda:
+        ENV
     input:
         code("report"),
         EXPERIMENT_FILE,
@@ -23,26 +15,59 @@ rule figure:
         aggregates=lambda w: aggregates_for(w.fid),
         dataset=lambda w: dataset_scores_for(w.fid),
     output:
-        f"{P}/.done/{{fid}}",
+        png=in_report(f"{P}/figures/{{fid}}.png", "PNG"),
+        csv=f"{P}/figures/{{fid}}.csv",
+        provenance=f"{P}/figures/{{fid}}.json",
+    wildcard_constraints:
+        fid=ids_of_kind("figure"),
     params:
         args=report_args(),
+        caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
     shell:
-        "elf report {params.args} --figure {wildcards.fid} 2> {log} && touch {output}"
+        "elf report {params.args} --figure {wildcards.fid} 2> {log}"
+
+
+rule table:
+    """Render one table of the paper from its aggregates: Markdown, CSV, LaTeX, provenance."""
+    conda:
+        ENV
+    input:
+        code("report"),
+        EXPERIMENT_FILE,
+        "config/paper_values.yaml",
+        aggregates=lambda w: aggregates_for(w.fid),
+    output:
+        md=in_report(f"{P}/tables/{{fid}}.md", "Markdown"),
+        csv=in_report(f"{P}/tables/{{fid}}.csv", "CSV"),
+        tex=in_report(f"{P}/tables/{{fid}}.tex", "LaTeX"),
+        provenance=f"{P}/tables/{{fid}}.json",
+    wildcard_constraints:
+        fid=ids_of_kind("table"),
+    params:
+        args=report_args(),
+        caption=lambda w: caption_text(w.fid),
+    log:
+        f"{R}/logs/report/{{fid}}.log",
+    shell:
+        "elf report {params.args} --figure {wildcards.fid} 2> {log}"
 
 
 rule review:
     """The replication review: every paper value beside ours, with provenance."""
+    conda:
+        ENV
     input:
         code("report"),
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         [aggregates_for(fid) for fid in EXP.figures],
-        [f"{P}/.done/{fid}" for fid in EXP.figures],
+        [rendered(fid) for fid in EXP.figures],
     output:
         f"{P}/replication.md",
-        f"{P}/replication.html",
+        report(f"{P}/replication.html", caption="../report/replication.rst",
+               category="Replication review", labels={"file": "replication review"}),
     params:
         args=report_args(),
     log:
@@ -53,9 +78,11 @@ rule review:
 
 rule manifest:
     """reports/all: every figure and table produced, with hashes and provenance."""
+    conda:
+        ENV
     input:
         code("report"),
-        [f"{P}/.done/{fid}" for fid in EXP.figures],
+        [rendered(fid) for fid in EXP.figures],
         rules.review.output,
     output:
         f"{P}/all",

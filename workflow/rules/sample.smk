@@ -1,17 +1,11 @@
 # Checkpoint × named sampler setting × evaluation seed → samples JSONL with provenance.
 
 
-def conditional_inputs(w):
-    run = run_settings(w.run)
-    if EXP.datasets[run.dataset].task == "unconditional":
-        return {}
-    split = EXP.evaluation.split
-    return dict(store=f"{R}/embeddings/{run.dataset}/{run.embedding}/{split}.zarr",
-                tokens=f"{R}/data/{run.dataset}/tokens")
-
 
 rule sample:
     """Sample one seed of one run with one sampler setting."""
+    conda:
+        ENV
     input:
         unpack(conditional_inputs),
         code("model.py", "flow", "train/checkpoint.py", "stages/sample.py"),

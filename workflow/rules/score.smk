@@ -3,6 +3,8 @@
 
 rule score:
     """Score one samples file with the task's metrics."""
+    conda:
+        ENV
     input:
         code("evaluate", "stages/score.py"),
         samples=f"{R}/samples/{{run}}/{{sampler}}/seed{{seed}}.jsonl",
@@ -21,6 +23,8 @@ rule score:
 
 rule aggregate:
     """Mean ± standard error across the evaluation seeds a figure or table needs."""
+    conda:
+        ENV
     input:
         code("evaluate/aggregate.py", "stages/aggregate.py"),
         scores=lambda w: expand(f"{R}/scores/{w.run}/{w.sampler}/seed{{seed}}.json",
@@ -36,6 +40,8 @@ rule aggregate:
 
 rule score_dataset:
     """The figures' "Dataset" line: the same Gen. PPL and entropy on real held-out text."""
+    conda:
+        ENV
     input:
         code("evaluate", "stages/score.py"),
         tokens=f"{R}/data/{{dataset}}/tokens",
