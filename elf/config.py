@@ -256,6 +256,8 @@ class Experiment:
     samplers: dict[str, SamplerSettings] = _f(help="named sampler settings", factory=dict)
     evaluation: EvalSettings = _f(help="evaluation protocol", factory=EvalSettings)
     figures: dict[str, FigureSettings] = _f(help="figures and tables to render", factory=dict)
+    unstated: tuple[str, ...] = _f((), help="settings the paper does not state and the value chosen "
+                                   "here (listed in the replication review)")
 
     def run(self, name: str) -> RunSettings:
         """The resolved settings of run ``name``: ``run_defaults`` merged with its overrides."""

@@ -128,7 +128,7 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
     comparisons = review.compare(frame, points, ids_of_pair(exp))
     doc = review.build_review(comparisons, review.unmatched(points, comparisons),
                               review.qualitative_trends(frame), exp.scale,
-                              load_unstated(args.unstated_settings),
+                              list(exp.unstated) + load_unstated(args.unstated_settings),
                               baseline_count=int(points["paper_run"].isna().sum()))
     return review.write_review(doc, out)
 
