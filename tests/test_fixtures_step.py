@@ -41,3 +41,41 @@ def test_skipping_gradient_clipping_is_caught():
     worst = max((p.detach() - fx["expected"]["params_after"][n]).abs().max().item()
                 for n, p in model.named_parameters())
     assert worst > 1e-4
+
+
+def _one_step_worst_error(name, patch_optimizer=None):
+    """Max |params_after − ours| over all tensors after one (possibly deviated) step."""
+    fx, model, out = replay_step(name)
+    opt_cfg = fx["config"]["optimizer"]
+    optimizer = build_optimizer(model.named_parameters(), OptimSettings(), lr=opt_cfg["lr"])
+    if patch_optimizer:
+        patch_optimizer(optimizer)
+    out.loss.backward()
+    clip_grad_norm(model.parameters(), opt_cfg["grad_clip_max_norm"])
+    optimizer.step()
+    return max((p.detach() - fx["expected"]["params_after"][n]).abs().max().item()
+               for n, p in model.named_parameters())
+
+
+def test_newton_schulz_in_bf16_is_caught():
+    def bf16(optimizer):
+        for group in optimizer.optimizers[0].param_groups:
+            group["ns_dtype"] = torch.bfloat16
+    assert _one_step_worst_error("train_step_uncond.pt") < 2e-5
+    assert _one_step_worst_error("train_step_uncond.pt", bf16) > 1e-4
+
+
+def test_adam_without_nesterov_term_is_caught(monkeypatch):
+    from elf.train import optim
+
+    def plain_adam(p, grad, state, group):  # m̂ = m/(1 − β1^k): no Nesterov look-ahead
+        beta1, beta2 = group["betas"]
+        k = state["step"]
+        state["exp_avg"].lerp_(grad, 1 - beta1)
+        state["exp_avg_sq"].lerp_(grad * grad, 1 - beta2)
+        m_hat = state["exp_avg"] / (1 - beta1 ** k)
+        v_hat = state["exp_avg_sq"] / (1 - beta2 ** k)
+        p.sub_(group["lr"] * m_hat / (v_hat.sqrt() + group["eps"]))
+
+    monkeypatch.setattr(optim.NesterovAdam, "_update", staticmethod(plain_adam))
+    assert _one_step_worst_error("train_step_uncond.pt") > 1e-4
