@@ -11,7 +11,7 @@ import importlib
 import sys
 
 # DAG order; each name is a module under elf.stages.
-STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "train", "distill",
+STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
           "release", "sample", "trajectory", "score", "aggregate", "report", "audit")
 
 

@@ -112,6 +112,8 @@ class RunSettings:
     distill: Optional[DistillSettings] = _f(None, help="distill: the round's settings")
     released: Optional[str] = _f(None, help="released: Hugging Face id or path of the checkpoint")
     paper_run: Optional[str] = _f(None, help="the paper's run id it replicates (R01..R34)")
+    decoder: Optional[str] = _f(None, help="a key of `decoders`: decode samples with that separate "
+                                "decoder (needs model.decode_head false and objective.decode_prob 0)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -228,6 +230,24 @@ class EmbeddingSettings:
 
 
 @dataclass(frozen=True)
+class DecoderSettings:
+    """A separately trained decoder on a frozen embedding (paper R11; spec §8 'separate decoder')."""
+    dataset: str = _f(help="a key of `datasets` (its train split's store is the training data)")
+    embedding: str = _f("encoder", help="a key of `embeddings` (runs using it must use the same)")
+    layers: int = _f(6, help="transformer layers (T5-small encoder mirror: 6)", lo=1)
+    width: int = _f(512, help="model width (T5-small: 512)", lo=8)
+    heads: int = _f(8, help="attention heads (T5-small: 8)", lo=1)
+    steps: int = _f(1000, help="optimiser steps (paper: 3 epochs)", lo=1)
+    batch_size: int = _f(32, help="sequences per step", lo=1)
+    lr: float = _f(3e-4, help="peak AdamW lr, cosine decay to 0", lo=0, lo_open=True)
+    mask_prob: float = _f(0.2, help="probability a token is replaced by the mask embedding", lo=0, hi=1)
+    noise_mean: float = _f(0.5, help="logit-normal mean of the per-token clean weight")
+    noise_std: float = _f(1.0, help="logit-normal std of the per-token clean weight", lo=0)
+    noise_scale: float = _f(5.0, help="noise scale relative to the normalised embeddings", lo=0)
+    seed: int = _f(0, help="initialisation, batch order and corruption seed", lo=0)
+
+
+@dataclass(frozen=True)
 class FigureSettings:
     """One figure or table of the paper: which runs, samplers and seeds it needs."""
     kind: Literal["figure", "table"] = _f(help="figure or table")
@@ -250,6 +270,7 @@ class Experiment:
     scorer: ScorerSettings = _f(help="Gen. PPL scorer", factory=ScorerSettings)
     datasets: dict[str, DatasetSettings] = _f(help="named datasets", factory=dict)
     embeddings: dict[str, EmbeddingSettings] = _f(help="named embedding kinds", factory=dict)
+    decoders: dict[str, DecoderSettings] = _f(help="named separate decoders (Fig. 5b)", factory=dict)
     sizes: dict[str, dict[str, int]] = _f(help="extra model-size presets", factory=dict)
     run_defaults: dict[str, Any] = _f(help="settings every run starts from", factory=dict)
     runs: dict[str, dict[str, Any]] = _f(help="named runs (overrides of run_defaults)", factory=dict)
@@ -270,6 +291,7 @@ class Experiment:
 def parse_experiment(data: dict) -> Experiment:
     """Validate a whole config mapping; every run is resolved once so that a bad run fails now."""
     exp = from_dict(Experiment, data)
+    _check_decoder_refs(exp)
     for name in exp.runs:
         run = exp.run(name)
         _check_refs(exp, name, run)
@@ -296,8 +318,34 @@ def _check_refs(exp: Experiment, name: str, run: RunSettings) -> None:
                           "cached (set cache: false), and uncached embeddings need normalization: fixed")
     if run.kind == "distill" and (run.teacher is None or run.distill is None):
         raise ConfigError(f"config key 'runs.{name}': a distill run needs `teacher` and `distill`")
+    if run.decoder is not None:
+        _check_decoder(exp, name, run)
     if run.kind == "released" and not run.released:
         raise ConfigError(f"config key 'runs.{name}.released': a released run needs its id")
+
+
+def _check_decoder(exp: Experiment, name: str, run: RunSettings) -> None:
+    """A run decoded by a separate decoder trains the denoiser only, on the decoder's embedding."""
+    if run.decoder not in exp.decoders:
+        raise ConfigError(f"config key 'runs.{name}.decoder': '{run.decoder}' is not defined under "
+                          f"'decoders' (defined: {', '.join(exp.decoders) or 'none'})")
+    if run.model.decode_head or run.objective.decode_prob != 0:
+        raise ConfigError(f"config key 'runs.{name}.decoder': a run with a separate decoder needs "
+                          "model.decode_head: false and objective.decode_prob: 0.0 (got "
+                          f"{run.model.decode_head}, {run.objective.decode_prob})")
+    dec = exp.decoders[run.decoder]
+    if dec.embedding != run.embedding:
+        raise ConfigError(f"config key 'runs.{name}.decoder': decoder '{run.decoder}' is trained on "
+                          f"embedding '{dec.embedding}' but the run uses '{run.embedding}'")
+
+
+def _check_decoder_refs(exp: Experiment) -> None:
+    for name, dec in exp.decoders.items():
+        for key, ref, table in (("dataset", dec.dataset, exp.datasets),
+                                ("embedding", dec.embedding, exp.embeddings)):
+            if ref not in table:
+                raise ConfigError(f"config key 'decoders.{name}.{key}': '{ref}' is not defined "
+                                  f"(defined: {', '.join(table)})")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -105,8 +105,12 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     z_main = dec3 * z_dec + (1 - dec3) * z_t
     t_main = torch.where(dec > 0, torch.ones_like(t), t)
     decode_rows = dec.nonzero().squeeze(-1)
-    out_main, _, logits = model(torch.cat([z_main, sc_half], -1), t_main, w, dec,
-                                decode_rows=decode_rows)
+    if s.decode_prob > 0:
+        out_main, _, logits = model(torch.cat([z_main, sc_half], -1), t_main, w, dec,
+                                    decode_rows=decode_rows)
+    else:  # denoiser only (separate decoder, Fig. 5b): the model may have no decode head
+        out_main, _ = model(torch.cat([z_main, sc_half], -1), t_main, w, dec)
+        logits = z_main.new_zeros(0, z_main.shape[1], 0)
     x_hat = as_x(out_main, z_main, t_main)
 
     # 4. Denoise loss against the SC-CFG-guided velocity target.

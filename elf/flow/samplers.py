@@ -132,6 +132,15 @@ def decode_logits(model, z: torch.Tensor, sc_cfg: float) -> torch.Tensor:
     return model.decode(h)
 
 
+@torch.no_grad()
+def decode_final(model, z: torch.Tensor, sc_cfg: float, decoder=None) -> torch.Tensor:
+    """Token logits of the final state: the shared decode head (``decode_logits``), or, for a
+    denoiser-only run (Fig. 5b), the separate decoder applied to ``z`` as clean embeddings."""
+    if decoder is None:
+        return decode_logits(model, z, sc_cfg)
+    return decoder(z)
+
+
 def cut_at_eos(ids: torch.Tensor, eos_id: int, fill_id: int) -> torch.Tensor:
     """Every position from the first EOS on becomes ``fill_id``."""
     after = (ids == eos_id).int().cumsum(-1) > 0

@@ -8,7 +8,8 @@ interrupted run resumes from the batches already written (``<out>.partial``):
 
     elf sample --checkpoint results/runs/base --sampler '{"method": "sde", "steps": 32, ...}' \
         --sampler-name sde32 --seed 0 --n 64 --tokenizer results/models/tokenizer --out s.jsonl
-Conditional tasks add ``--store <test split .zarr> --tokens <packed dataset dir>``.
+Conditional tasks add ``--store <test split .zarr> --tokens <packed dataset dir>``. A run trained
+without a decode head names a separate decoder (Fig. 5b); pass its directory with ``--decoder``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def register(sub) -> None:
     p.add_argument("--store", help="conditional: the evaluation split's embedding store")
     p.add_argument("--tokens", help="conditional: packed dataset dir (source text, reference)")
     p.add_argument("--split", default="test", help="conditional: split of --tokens")
+    p.add_argument("--decoder", help="separate decoder dir (`elf decoder`), for runs that name one")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--out", required=True, help="samples file (.jsonl)")
     p.add_argument("--no-progress", action="store_true")
@@ -66,6 +68,7 @@ def run(args) -> None:
         model, meta = load_model(Path(args.checkpoint), "ema", device)
     except FileNotFoundError as err:
         raise ElfError(str(err)) from err
+    decoder, decoder_sha256 = _separate_decoder(args, meta, device)
     tokenizer = load_tokenizer(args.tokenizer)
     conditional = meta["dataset"]["task"] != "unconditional"
     source_rows = _conditional_inputs(args, meta) if conditional else None
@@ -78,7 +81,8 @@ def run(args) -> None:
         sampler=args.sampler_name, sampler_settings=to_dict(settings), seed=args.seed, n=n,
         batch_size=args.batch_size, task=meta["dataset"]["task"], eval_store=args.store,
         eval_tokens=args.tokens, eval_split=args.split if conditional else None,
-        eval_store_identity=source_rows["store_identity"] if conditional else None)
+        eval_store_identity=source_rows["store_identity"] if conditional else None,
+        decoder=args.decoder, decoder_sha256=decoder_sha256)
     partial = Path(str(args.out) + ".partial")
     rows = _resume(partial, header)
     L, d = meta["model"]["max_length"], meta["model"]["d"]
@@ -90,7 +94,7 @@ def run(args) -> None:
     for k in range(done, len(starts)):
         lo, hi = starts[k], min(starts[k] + args.batch_size, n)
         batch_rows = _sample_batch(model, meta, settings, tokenizer, lo, hi, L, d, device,
-                                   batch_generator(args.seed, k), source_rows)
+                                   batch_generator(args.seed, k), source_rows, decoder)
         with open(partial, "a") as fh:
             for row in batch_rows:
                 fh.write(json.dumps(row) + "\n")
@@ -99,6 +103,31 @@ def run(args) -> None:
     bar.close()
     write_samples(args.out, header, rows)
     partial.unlink(missing_ok=True)
+
+
+def _separate_decoder(args, meta, device):
+    """The run's separate decoder (and its weights' sha256), or (None, None) for a shared one."""
+    from elf.io import sha256_file
+    from elf.stages.decoder import load_decoder
+
+    named = meta["run"].get("decoder")
+    if not named and not args.decoder:
+        if not meta["model"].get("decode_head", True):
+            raise ElfError(f"{args.checkpoint}: the network has no decode head and its run names no "
+                           "decoder")
+        return None, None
+    if not args.decoder:
+        raise ElfError(f"run decodes with the separate decoder '{named}': pass --decoder")
+    if not named:
+        raise ElfError(f"--decoder given but the run of {args.checkpoint} names no decoder")
+    try:
+        decoder, dmeta = load_decoder(args.decoder, device)
+    except FileNotFoundError as err:
+        raise ElfError(str(err)) from err
+    if dmeta["embedding"] != meta["embedding"] or dmeta["decoder"]["d"] != meta["model"]["d"]:
+        raise ElfError(f"--decoder {args.decoder} was trained on embedding {dmeta['embedding']} "
+                       f"but the run uses {meta['embedding']}")
+    return decoder, sha256_file(Path(args.decoder) / "model.safetensors")
 
 
 def _conditional_inputs(args, meta) -> dict:
@@ -125,10 +154,11 @@ def _conditional_inputs(args, meta) -> dict:
                 source_text=list(packed["source_text"]), reference=list(packed["reference"]))
 
 
-def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, source_rows):
+def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, source_rows,
+                  decoder=None):
     import torch
 
-    from elf.flow.samplers import Source, decode_logits, postprocess, rollout
+    from elf.flow.samplers import Source, decode_final, postprocess, rollout
 
     B = hi - lo
     z_init = (s.noise_scale * torch.randn(B, L, d, generator=generator)).to(device)
@@ -139,7 +169,7 @@ def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, so
     with torch.no_grad():
         z, _ = rollout(model, s, z_init, generator, source=source,
                        prediction=meta["run"]["model"]["prediction"])
-        ids = decode_logits(model, z, s.sc_cfg).argmax(-1).cpu()
+        ids = decode_final(model, z, s.sc_cfg, decoder).argmax(-1).cpu()
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     if source_rows is None:
         tokens = postprocess(ids, eos, pad)
@@ -171,7 +201,8 @@ def _resume(partial: Path, header: dict) -> list[dict]:
     # batch k's noise comes from generator (seed, k) in one draw of batch_size rows: rows written
     # with another batch size are other samples
     same = all(old.get(k) == header[k]
-               for k in ("checkpoint_sha256", "sampler_settings", "seed", "n", "batch_size"))
+               for k in ("checkpoint_sha256", "sampler_settings", "seed", "n", "batch_size",
+                        "decoder_sha256"))
     if not same:
         return []
     rows = []

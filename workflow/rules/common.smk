@@ -131,6 +131,29 @@ def conditional_inputs(w):
                 tokens=f"{R}/data/{run.dataset}/tokens")
 
 
+def decoder_store(name):
+    """The train-split embedding store a separate decoder learns from."""
+    dec = EXP.decoders[name]
+    return f"{R}/embeddings/{dec.dataset}/{dec.embedding}/train.zarr"
+
+
+def decoder_settings_json(name):
+    dec = EXP.decoders[name]
+    return as_json(dict(decoder=to_dict(dec), dataset=to_dict(EXP.datasets[dec.dataset]),
+                        embedding=to_dict(EXP.embeddings[dec.embedding])))
+
+
+def decoder_input(w):
+    """The run's separate decoder (Fig. 5b), if it names one."""
+    name = run_settings(w.run).decoder
+    return [f"{R}/decoders/{name}/model.safetensors"] if name else []
+
+
+def decoder_arg(w):
+    name = run_settings(w.run).decoder
+    return f"--decoder {R}/decoders/{name}" if name else ""
+
+
 def distill_init(run):
     """The run whose EMA weights initialise the student: `init_from`, else the teacher."""
     settings = run_settings(run)

@@ -11,6 +11,7 @@ rule sample:
         code("model.py", "flow", "train/checkpoint.py", "stages/sample.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
+        decoder=decoder_input,
     output:
         f"{R}/samples/{{run}}/{{sampler}}/seed{{seed}}.jsonl",
     params:
@@ -21,10 +22,11 @@ rule sample:
         tokenizer=TOKENIZER,
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
         batch=EXP.evaluation.sample_batch_size,
+        decoder=decoder_arg,
     log:
         f"{R}/logs/sample/{{run}}/{{sampler}}/seed{{seed}}.log",
     shell:
         "elf sample --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
         "--sampler-name {wildcards.sampler} --run-name {wildcards.run} --seed {wildcards.seed} "
-        "--n {params.n} --batch-size {params.batch} --tokenizer {params.tokenizer} {params.cond} "
+        "--n {params.n} --batch-size {params.batch} --tokenizer {params.tokenizer} {params.cond} {params.decoder} "
         "--out {output} --no-progress 2> {log}"

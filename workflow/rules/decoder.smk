@@ -1,0 +1,23 @@
+# Frozen embeddings (train split) → a separately trained decoder (Fig. 5b, paper R11), used by the
+# runs that name it (`runs.<run>.decoder`) to decode their samples.
+
+
+rule decoder:
+    """Train one separate decoder on its dataset's frozen train-split embeddings."""
+    conda:
+        ENV
+    input:
+        code("decoder.py", "model.py", "flow", "embed/reader.py", "embed/kinds.py", "stages/decoder.py"),
+        store=lambda w: decoder_store(w.name),
+        tok=tokenizer_input,
+    output:
+        f"{R}/decoders/{{name}}/model.safetensors",
+    params:
+        settings=lambda w: decoder_settings_json(w.name),
+        tokenizer=TOKENIZER,
+        out=lambda w: f"{R}/decoders/{w.name}",
+    log:
+        f"{R}/logs/decoder/{{name}}.log",
+    shell:
+        "elf decoder --settings {params.settings:q} --store {input.store} --tokenizer {params.tokenizer} "
+        "--out {params.out} --no-progress 2> {log}"
