@@ -20,7 +20,7 @@ ELF = Path(workflow.basedir).parent / "elf"
 
 
 def code(*modules):
-    """The elf/ source files a rule runs: editing them reruns that rule and what depends on it."""
+    """The elf/ source files a stage runs (editing them reruns its jobs and whatever depends on them)."""
     files = [ELF / "__init__.py", ELF / "cli.py", ELF / "config.py", ELF / "io.py"]
     for module in modules:
         path = ELF / module
@@ -197,3 +197,34 @@ def rendered(fid):
     """Every file the figure or table rule writes for ``fid`` (provenance sidecar included)."""
     folder = "figures" if EXP.figures[fid].kind == "figure" else "tables"
     return figure_files(fid) + [f"{P}/{folder}/{fid}.json"]
+
+
+def train_data(w):
+    """The cached train store, or (embedding cache: false) the packed tokens and the encoder."""
+    run = run_settings(w.run)
+    if EXP.embeddings[run.embedding].cache:
+        return {"store": f"{R}/embeddings/{run.dataset}/{run.embedding}/train.zarr"}
+    encoder = EXP.embeddings[run.embedding].encoder
+    inputs = {"tokens": f"{R}/data/{run.dataset}/tokens"}
+    if EXP.encoders[encoder].source == "build":
+        inputs["encoder"] = encoder_path(encoder)
+    return inputs
+
+
+def train_data_args(w, input):
+    if "store" in input.keys():
+        return f"--store {input.store}"
+    run = run_settings(w.run)
+    return f"--tokens {input.tokens} --encoder {embedding_encoder(run.embedding)}"
+
+
+def embedding_encoder(embedding):
+    settings = EXP.embeddings[embedding]
+    return encoder_path(settings.encoder) if EXP.encoders[settings.encoder].source == "build" \
+        else EXP.encoders[settings.encoder].name_or_path
+
+
+def launcher(resources):
+    """`elf`, or `torchrun … -m elf` (DDP, one process per GPU) when the job holds several GPUs."""
+    gpus = resources.get("gpu", 0)
+    return f"torchrun --standalone --nproc_per_node={gpus} -m elf" if gpus > 1 else "elf"

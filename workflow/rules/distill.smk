@@ -27,8 +27,10 @@ rule distill:
         teacher=lambda w: f"{R}/runs/{run_settings(w.run).teacher}",
         init=lambda w: f"{R}/runs/{distill_init(w.run)}",
         out=lambda w: f"{R}/runs/{w.run}",
+        # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
+        launch=lambda w, resources: launcher(resources),
     log:
         f"{R}/logs/distill/{{run}}.log",
     shell:
-        "elf distill --settings {params.settings:q} --teacher {params.teacher} --init {params.init} "
+        "{params.launch} distill --settings {params.settings:q} --teacher {params.teacher} --init {params.init} "
         "--store {input.store} --tokenizer {params.tokenizer} --out {params.out} --no-progress 2> {log}"

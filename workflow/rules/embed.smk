@@ -2,14 +2,10 @@
 # The cache assumes a deterministic frozen encoder and the dataset's fixed sequence length.
 
 
-def embedding_encoder(embedding):
-    settings = EXP.embeddings[embedding]
-    return encoder_path(settings.encoder) if EXP.encoders[settings.encoder].source == "build" \
-        else EXP.encoders[settings.encoder].name_or_path
-
-
 rule embed:
     """Encode one split of one dataset with one embedding kind into a Zarr store."""
+    conda:
+        ENV
     input:
         code("embed", "stages/embed.py"),
         tokens=f"{R}/data/{{dataset}}/tokens",
@@ -20,8 +16,15 @@ rule embed:
     params:
         settings=lambda w: as_json(EXP.embeddings[w.embedding]),
         encoder=lambda w: embedding_encoder(w.embedding),
+        # the job's GPUs (profile resource `gpu`, slurm/config.yaml): one shard process per GPU (@k@ =
+        # shard index = GPU index; CPU where no CUDA device is visible), then --finalize; none: one on CPU
+        shards=lambda w, resources: max(1, resources.get("gpu", 0)),
+        device=lambda w, resources: "$(nvidia-smi -L > /dev/null 2>&1 && echo cuda:@k@ || echo cpu)"
+        if resources.get("gpu", 0) else "cpu",
     log:
         f"{R}/logs/embed/{{dataset}}-{{embedding}}-{{split}}.log",
     shell:
+        "seq 0 $(({params.shards} - 1)) | xargs -P {params.shards} -I @k@ "
         "elf embed --settings {params.settings:q} --encoder {params.encoder} --tokens {input.tokens} "
-        "--split {wildcards.split} --out {output} 2> {log}"
+        "--split {wildcards.split} --out {output} --shard @k@ --num-shards {params.shards} "
+        "--device {params.device} 2> {log} && elf embed --finalize --out {output} 2>> {log}"

@@ -4,6 +4,14 @@
 # workflow/report/<id>.rst (generic.rst where an id has none).
 
 
+# Seconds of CPU each: run where Snakemake runs rather than as cluster jobs.
+localrules:
+    figure,
+    table,
+    review,
+    manifest,
+
+
 rule figure:
     """Render one figure of the paper from its aggregates: PNG, plotted numbers (CSV), provenance."""
     conda:

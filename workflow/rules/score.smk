@@ -1,6 +1,11 @@
 # Samples → metrics (Gen. PPL + entropy, BLEU, ROUGE) → mean ± SE over evaluation seeds.
 
 
+# Seconds of CPU each: run where Snakemake runs rather than as cluster jobs.
+localrules:
+    aggregate,
+
+
 rule score:
     """Score one samples file with the task's metrics."""
     conda:

@@ -3,20 +3,25 @@
 
 rule train:
     """Train one run of the experiment matrix."""
+    conda:
+        ENV
     input:
-        code("model.py", "flow", "train", "embed/reader.py", "stages/train.py"),
+        unpack(train_data),
+        code("model.py", "flow", "train", "embed/reader.py", "embed/kinds.py", "stages/train.py"),
         tok=tokenizer_input,
-        store=lambda w: f"{R}/embeddings/{run_settings(w.run).dataset}/{run_settings(w.run).embedding}/train.zarr",
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
     wildcard_constraints:
         run=runs_of_kind("train"),
     params:
         settings=lambda w: train_settings_json(w.run),
+        data=train_data_args,
         tokenizer=TOKENIZER,
         out=lambda w: f"{R}/runs/{w.run}",
+        # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
+        launch=lambda w, resources: launcher(resources),
     log:
         f"{R}/logs/train/{{run}}.log",
     shell:
-        "elf train --settings {params.settings:q} --store {input.store} --tokenizer {params.tokenizer} "
+        "{params.launch} train --settings {params.settings:q} {params.data} --tokenizer {params.tokenizer} "
         "--out {params.out} --no-progress 2> {log}"

@@ -1,0 +1,188 @@
+"""The Slurm profile (slurm/config.yaml) and the launchers in the rules, without a Slurm cluster.
+
+Runs `snakemake --profile slurm -n` from the repository root (the users' command, dry) on the paper
+configuration and checks every job's resources and shell command; parses the profile with
+Snakemake's own profile parser under other cluster shapes; checks the CI profile adds no resources of
+its own. The real cluster run is .ci/slurm.sh.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+GPU_RULES = {"embed", "train", "distill", "decoder", "sample", "score", "score_dataset"}
+CPU_RULES = {"corpora", "tokenizer", "prepare", "encoder", "scorer", "aggregate", "figure", "table",
+             "review", "manifest", "released"}
+DEFAULT_SHAPE = dict(gpus=4, cpus=32, mem_mb=256000)   # slurm/config.yaml's defaults
+
+
+def parse_profile(env: dict | None = None) -> dict:
+    """slurm/config.yaml as Snakemake reads it (YTE evaluated), under the given ELF_SLURM_* values."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        with open(ROOT / "slurm" / "config.yaml") as stream:
+            return dict(ProfileConfigFileParser().parse(stream))
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def rule_resources(parsed: dict) -> dict[str, dict[str, str]]:
+    """{rule: {resource: value}} from the parsed profile's set-resources entries."""
+    out: dict[str, dict[str, str]] = {}
+    for entry in parsed["set-resources"]:
+        rule, assign = entry.split(":", 1)
+        name, value = assign.split("=", 1)
+        out.setdefault(rule, {})[name] = value
+    return out
+
+
+def dry_run_jobs(text: str) -> list[dict]:
+    """One dict per job of a `snakemake -n -p` printout: rule, wildcards, resources, shell."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if not head:
+            continue
+        job = dict(rule=head.group(1), wildcards={}, resources={}, shell="")
+        for line in block.splitlines():
+            line = line.strip()
+            if line.startswith("wildcards:"):
+                job["wildcards"] = dict(kv.split("=", 1) for kv in line[10:].strip().split(", "))
+            elif line.startswith("resources:"):
+                job["resources"] = dict(kv.split("=", 1) for kv in line[10:].strip().split(", "))
+            elif line.startswith("Shell command:"):
+                job["shell"] = line[len("Shell command:"):].strip()
+        jobs.append(job)
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def paper_dry_run(tmp_path_factory):
+    """The users' command, dry: `snakemake --profile slurm -n -p reports/all` from the repo root
+    (results and reports redirected to a temporary folder)."""
+    tmp = tmp_path_factory.mktemp("slurm_dry")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ELF_SLURM_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-p",
+         "--config", f"results={tmp}/results", f"reports={tmp}/reports", "--", f"{tmp}/reports/all"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout + proc.stderr
+
+
+def test_profile_is_found_from_the_repo_root_and_runs_the_paper_config_on_slurm(paper_dry_run):
+    assert "Using profiles slurm" in paper_dry_run
+    assert re.search(r"Config file\(s\):.*config/paper\.yaml", paper_dry_run)
+    parsed = parse_profile()
+    assert parsed["executor"] == "slurm"
+    assert parsed["configfile"] == "config/paper.yaml"
+    assert int(parsed["retries"]) >= 1, "a killed or timed-out job must be resubmitted to resume"
+
+
+def test_the_dry_run_prints_the_paper_matrix(paper_dry_run):
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    jobs = dry_run_jobs(paper_dry_run)
+    trained = {j["wildcards"]["run"] for j in jobs if j["rule"] in ("train", "distill")}
+    wanted = {name for name, run in paper["runs"].items() if run.get("kind", "train") in ("train", "distill")}
+    assert wanted <= trained
+    rendered = {j["wildcards"].get("fid") for j in jobs if j["rule"] in ("figure", "table")}
+    assert set(paper["figures"]) <= rendered
+    assert any(j["rule"] == "manifest" for j in jobs)
+
+
+def test_every_job_has_cpus_memory_and_runtime_and_only_gpu_rules_ask_for_gpus(paper_dry_run):
+    jobs = [j for j in dry_run_jobs(paper_dry_run) if j["rule"] != "all"]
+    assert jobs
+    unknown = {j["rule"] for j in jobs} - GPU_RULES - CPU_RULES
+    assert not unknown, f"rules missing from this test's GPU/CPU lists (and the profile?): {unknown}"
+    for job in jobs:
+        res = job["resources"]
+        for key in ("cpus_per_task", "mem_mb", "runtime"):
+            assert int(res[key]) > 0, (job["rule"], key, res)
+        gpus = int(res.get("gpu", 0) or 0)
+        if job["rule"] in GPU_RULES:
+            assert gpus >= 1, (job["rule"], res)
+        else:
+            assert gpus == 0 and "gres" not in res, (job["rule"], res)
+
+
+def test_training_uses_every_gpu_of_a_node_through_torchrun(paper_dry_run):
+    gpus = DEFAULT_SHAPE["gpus"]
+    per_gpu_mem = DEFAULT_SHAPE["mem_mb"] * 9 // 10 // gpus
+    trains = [j for j in dry_run_jobs(paper_dry_run) if j["rule"] == "train"]
+    assert trains
+    for job in trains:
+        assert int(job["resources"]["gpu"]) == gpus
+        assert int(job["resources"]["cpus_per_task"]) == DEFAULT_SHAPE["cpus"]
+        assert int(job["resources"]["mem_mb"]) == per_gpu_mem * gpus
+        assert job["shell"].startswith(f"torchrun --standalone --nproc_per_node={gpus} -m elf train ")
+
+
+def test_embedding_writes_one_shard_per_gpu_then_finalizes(paper_dry_run):
+    embeds = [j for j in dry_run_jobs(paper_dry_run) if j["rule"] == "embed"]
+    assert {j["wildcards"]["split"] for j in embeds} >= {"train", "test"}
+    for job in embeds:
+        n = DEFAULT_SHAPE["gpus"] if job["wildcards"]["split"] == "train" else 1
+        assert int(job["resources"]["gpu"]) == n
+        assert f"xargs -P {n} -I @k@ elf embed " in job["shell"]
+        assert f"--shard @k@ --num-shards {n} " in job["shell"]
+        assert "echo cuda:@k@ || echo cpu" in job["shell"]
+        assert re.search(r"&& elf embed --finalize --out \S+\.zarr ", job["shell"])
+
+
+def test_sampling_and_scoring_take_one_gpu_per_job(paper_dry_run):
+    jobs = dry_run_jobs(paper_dry_run)
+    for rule in ("sample", "score"):
+        selected = [j for j in jobs if j["rule"] == rule]
+        assert selected and all(int(j["resources"]["gpu"]) == 1 for j in selected)
+
+
+def test_cluster_values_come_from_one_place():
+    shape = dict(ELF_SLURM_ACCOUNT="proj42", ELF_SLURM_GPU_PARTITION="gpuq",
+                 ELF_SLURM_CPU_PARTITION="cpuq", ELF_SLURM_GPUS_PER_NODE="8",
+                 ELF_SLURM_CPUS_PER_NODE="96", ELF_SLURM_MEM_PER_NODE_MB="1000000",
+                 ELF_SLURM_GPU_MODEL="h100")
+    parsed = parse_profile(shape)
+    defaults = dict(entry.split("=", 1) for entry in parsed["default-resources"])
+    assert defaults["slurm_account"] == "proj42" and defaults["slurm_partition"] == "cpuq"
+    rules = rule_resources(parsed)
+    for rule in GPU_RULES:
+        assert rules[rule]["slurm_partition"] == "gpuq" and rules[rule]["gpu_model"] == "h100", rule
+    assert rules["train"]["gpu"] == "8" and rules["distill"]["gpu"] == "8"
+    assert rules["train"]["cpus_per_task"] == str(96 // 8 * 8)
+    assert rules["train"]["mem_mb"] == str(1000000 * 9 // 10 // 8 * 8)
+    assert rules["sample"]["cpus_per_task"] == "12"
+    assert rules["embed"]["gpu"] == "8 if wildcards.split == 'train' else 1"
+    for rule in CPU_RULES & rules.keys():
+        assert "gpu" not in rules[rule] and "slurm_partition" not in rules[rule], rule
+
+
+def test_ci_profile_keeps_the_users_resources():
+    ci = yaml.safe_load((ROOT / ".ci" / "profile" / "config.yaml").read_text())
+    assert not {"default-resources", "set-resources", "executor", "__use_yte__"} & ci.keys()
+    assert ci["slurm-status-command"] == "squeue"
+    assert ci["configfile"] == "config/ci.yaml"
+
+
+def test_without_a_profile_the_same_rules_run_one_process(tmp_path):
+    """Locally (no profile, no `gpu` resource): plain `elf train`; one embedding shard on the CPU."""
+    run = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--configfile", "config/ci.yaml",
+         "--config", f"results={tmp_path}/results", f"reports={tmp_path}/reports",
+         "--", f"{tmp_path}/results/runs/base/ema.safetensors"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    jobs = {j["rule"]: j for j in dry_run_jobs(run.stdout + run.stderr)}
+    assert jobs["train"]["shell"].startswith("elf train ")
+    assert "xargs -P 1 -I @k@ elf embed " in jobs["embed"]["shell"]
+    assert "--num-shards 1 --device cpu " in jobs["embed"]["shell"]
