@@ -45,10 +45,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import torch
-import torch.nn.functional as F
 
 from elf.config import DistillSettings, ObjectiveSettings
-from elf.flow.objective import StepOutput, clean_embeddings, loss_mask
+from elf.flow.objective import (StepOutput, clean_embeddings, combine_branches,
+                                decode_cross_entropy, loss_mask)
 from elf.flow.paths import interpolate, logit_normal, sc_cfg_scale, x_from_output
 
 SMALL_SPAN = 1e-3  # below this span the target is the teacher's direct x̂ (spec §7)
@@ -189,23 +189,12 @@ def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: Objectiv
     x_hat = x_from_output(out_main, z_main, t_main, student_prediction, s.t_eps, s.noise_scale)
     mse_per_token = (x_hat - target).pow(2).mean(-1)                       # (B, L)
 
-    ce_per_token = torch.zeros_like(mse_per_token)
-    logits = logits.float()
-    if decode_rows.numel():
-        ce_rows = F.cross_entropy(logits.transpose(1, 2), batch["input_ids"][decode_rows].long(),
-                                  reduction="none")
-        ce_per_token = ce_per_token.index_put((decode_rows,), ce_rows)
-
+    ce_per_token = decode_cross_entropy(logits, batch["input_ids"], decode_rows, like=mse_per_token)
     mask = loss_mask(batch, loss_covers_padding)
-    ce_sum = (ce_per_token * mask * dec[:, None]).sum()
-    mse_sum = (mse_per_token * mask * (1 - dec[:, None])).sum()
-    denom = mask.sum().clamp_min(1) if denominator is None else denominator
-    loss = (ce_sum + mse_sum) / denom
-    ce_count, mse_count = (mask * dec[:, None]).sum(), (mask * (1 - dec[:, None])).sum()
-    sums = torch.stack([ce_sum, mse_sum, ce_count, mse_count]).detach()
+    loss, ce_loss, mse_loss, sums = combine_branches(ce_per_token, mse_per_token, dec, mask,
+                                                     denominator)
     parts = dict(z_s=z_s, z_decode=z_dec, t_main=t_main, sc_half=sc_half, target=target,
                  x_hat=x_hat.detach(), mse_per_token=mse_per_token.detach(),
                  ce_per_token=ce_per_token.detach(), loss_mask=mask, decode_rows=decode_rows,
                  distill_rows=rows, teacher_calls=calls)
-    return StepOutput(loss, (ce_sum / ce_count.clamp_min(1)).detach(),
-                      (mse_sum / mse_count.clamp_min(1)).detach(), sums, parts)
+    return StepOutput(loss, ce_loss, mse_loss, sums, parts)

@@ -76,6 +76,30 @@ def loss_mask(batch: dict, loss_covers_padding: bool) -> torch.Tensor:
     return valid * (1 - batch["cond_seq_mask"].float())
 
 
+def decode_cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor, decode_rows: torch.Tensor,
+                         like: torch.Tensor) -> torch.Tensor:
+    """Per-token fp32 cross-entropy (B, L) on the decode rows (zeros elsewhere)."""
+    ce_per_token = torch.zeros_like(like)
+    if decode_rows.numel():
+        ce_rows = F.cross_entropy(logits.float().transpose(1, 2),
+                                  input_ids[decode_rows].long(), reduction="none")
+        ce_per_token = ce_per_token.index_put((decode_rows,), ce_rows)
+    return ce_per_token
+
+
+def combine_branches(ce_per_token, denoise_per_token, decode_row, mask, denominator=None):
+    """Total = (Σ CE·mask on decode rows + Σ denoise·mask on the others) / Σ mask (spec §4 step 6);
+    also each branch's own mean and the four sums (for logging across micro-batches / ranks)."""
+    dec = decode_row[:, None]
+    ce_sum = (ce_per_token * mask * dec).sum()
+    denoise_sum = (denoise_per_token * mask * (1 - dec)).sum()
+    denom = mask.sum().clamp_min(1) if denominator is None else denominator
+    ce_count, denoise_count = (mask * dec).sum(), (mask * (1 - dec)).sum()
+    sums = torch.stack([ce_sum, denoise_sum, ce_count, denoise_count]).detach()
+    return ((ce_sum + denoise_sum) / denom, (ce_sum / ce_count.clamp_min(1)).detach(),
+            (denoise_sum / denoise_count.clamp_min(1)).detach(), sums)
+
+
 def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
                   prediction: str = "x", loss_covers_padding: bool = False,
                   denominator: torch.Tensor | None = None) -> StepOutput:
@@ -130,26 +154,13 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     v_star = (v_target + guidance * (v_c - v_u)).detach()
     l2_per_token = (v_hat - v_star).pow(2).mean(-1)                          # (B, L)
 
-    # 5. Decode loss: fp32 cross-entropy on decode rows only.
-    ce_per_token = torch.zeros_like(l2_per_token)
-    logits = logits.float()
-    if decode_rows.numel():
-        ce_rows = F.cross_entropy(logits.transpose(1, 2), batch["input_ids"][decode_rows].long(),
-                                  reduction="none")
-        ce_per_token = ce_per_token.index_put((decode_rows,), ce_rows)
-
-    # 6. One denominator for both branches.
+    # 5.–6. Decode cross-entropy on decode rows, one denominator for both branches.
+    ce_per_token = decode_cross_entropy(logits, batch["input_ids"], decode_rows, like=l2_per_token)
     mask = loss_mask(batch, loss_covers_padding)
-    ce_sum = (ce_per_token * mask * dec[:, None]).sum()
-    l2_sum = (l2_per_token * mask * (1 - dec[:, None])).sum()
-    denom = mask.sum().clamp_min(1) if denominator is None else denominator
-    loss = (ce_sum + l2_sum) / denom
-    ce_count, l2_count = (mask * dec[:, None]).sum(), (mask * (1 - dec[:, None])).sum()
-    ce_loss, l2_loss = ce_sum / ce_count.clamp_min(1), l2_sum / l2_count.clamp_min(1)
-    sums = torch.stack([ce_sum, l2_sum, ce_count, l2_count]).detach()
+    loss, ce_loss, l2_loss, sums = combine_branches(ce_per_token, l2_per_token, dec, mask, denominator)
     parts = dict(z_t=z_t, z_decode=z_dec, t_main=t_main, x_hat_first=x_hat_first, sc_half=sc_half,
                  x_hat=x_hat.detach(), v_target=v_target, v_star=v_star,
                  l2_per_token=l2_per_token.detach(), ce_per_token=ce_per_token.detach(),
                  loss_mask=mask, decode_rows=decode_rows,
                  logits_decode_rows=logits.detach())
-    return StepOutput(loss, ce_loss.detach(), l2_loss.detach(), sums, parts)
+    return StepOutput(loss, ce_loss, l2_loss, sums, parts)
