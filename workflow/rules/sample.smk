@@ -8,7 +8,8 @@ rule sample:
         ENV
     input:
         unpack(conditional_inputs),
-        code("model.py", "flow", "train/checkpoint.py", "stages/sample.py"),
+        code("model.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "decoder.py",
+             "train/checkpoint.py", "stages/sample.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
         decoder=decoder_input,

@@ -7,7 +7,8 @@ rule train:
         ENV
     input:
         unpack(train_data),
-        code("model.py", "flow", "train", "embed/reader.py", "embed/kinds.py", "stages/train.py"),
+        code("model.py", "flow/__init__.py", "flow/paths.py", "flow/objective.py", "train",
+             "embed/reader.py", "embed/kinds.py", "stages/train.py"),
         tok=tokenizer_input,
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
