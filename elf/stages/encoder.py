@@ -51,9 +51,9 @@ def _load_settings(text: str) -> EncoderSettings:
 
 
 def _load_tokenizer(path: str):
-    from transformers import AutoTokenizer
+    from elf.data.tokenizer import load_tokenizer
     try:
-        return AutoTokenizer.from_pretrained(path)
+        return load_tokenizer(path)
     except (OSError, ValueError) as err:
         raise ElfError(f"--tokenizer {path!r} could not be loaded: {err}") from err
 

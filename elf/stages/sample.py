@@ -43,6 +43,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def parse_sampler_settings(text: str):
+    """``--sampler`` JSON → SamplerSettings, or an ElfError naming the bad key."""
+    from elf.config import ConfigError, SamplerSettings, from_dict
+    try:
+        return from_dict(SamplerSettings, json.loads(text), "sampler")
+    except (json.JSONDecodeError, ConfigError) as err:
+        raise ElfError(f"--sampler: {err}") from err
+
+
 def batch_generator(seed: int, batch: int):
     import torch
     return torch.Generator().manual_seed(seed * 1_000_003 + batch)
@@ -52,16 +61,13 @@ def run(args) -> None:
     import torch
     from tqdm import tqdm
 
-    from elf.config import ConfigError, SamplerSettings, from_dict, to_dict
+    from elf.config import to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.evaluate.samples import write_samples
     from elf.io import provenance, sha256_json
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
-    try:
-        settings = from_dict(SamplerSettings, json.loads(args.sampler), "sampler")
-    except (json.JSONDecodeError, ConfigError) as err:
-        raise ElfError(f"--sampler: {err}") from err
+    settings = parse_sampler_settings(args.sampler)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
     try:

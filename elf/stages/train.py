@@ -12,7 +12,7 @@ trains with DDP on every process of the job:
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
 import json
 
 from elf.cli import ElfError
@@ -21,7 +21,7 @@ from elf.config import ConfigError, DatasetSettings, EmbeddingSettings, RunSetti
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train one run's network on an embedding store",
-                       description=__doc__, formatter_class=_raw())
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", required=True,
                    help="JSON with keys run, dataset, embedding, sizes (see `elf settings`)")
     source = p.add_mutually_exclusive_group(required=True)
@@ -32,11 +32,6 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
-
-
-def _raw():
-    import argparse
-    return argparse.RawDescriptionHelpFormatter
 
 
 def parse_train_settings(text: str) -> tuple[RunSettings, DatasetSettings, EmbeddingSettings, dict]:

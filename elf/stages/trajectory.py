@@ -19,7 +19,6 @@ Unconditional runs only.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from elf.cli import ElfError
@@ -85,17 +84,14 @@ def record_trajectory(model, s, z_init, generator, at: list[float], prediction: 
 def run(args) -> None:
     import torch
 
-    from elf.config import ConfigError, SamplerSettings, from_dict, to_dict
+    from elf.config import to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.flow.samplers import postprocess
     from elf.io import provenance, write_json
-    from elf.stages.sample import batch_generator
+    from elf.stages.sample import batch_generator, parse_sampler_settings
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
-    try:
-        settings = from_dict(SamplerSettings, json.loads(args.sampler), "sampler")
-    except (json.JSONDecodeError, ConfigError) as err:
-        raise ElfError(f"--sampler: {err}") from err
+    settings = parse_sampler_settings(args.sampler)
     at = parse_times(args.at)
     if args.n < 1:
         raise ElfError(f"--n: expected at least 1 sequence, got {args.n}")
