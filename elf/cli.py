@@ -19,24 +19,24 @@ class ElfError(Exception):
     """An input problem the user can fix: printed as one line, exit code 2, no traceback."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(stages: tuple[str, ...] = STAGES) -> argparse.ArgumentParser:
+    """The ``elf`` parser with the subcommands of ``stages`` (each imports its module)."""
     parser = argparse.ArgumentParser(
         prog="elf", description="ELF: Embedded Language Flows — pipeline stages. "
         "Snakemake runs these for you (see README); each can also be run by hand.")
     sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
-    for name in STAGES:
-        try:
-            module = importlib.import_module(f"elf.stages.{name}")
-        except ModuleNotFoundError as err:
-            if err.name == f"elf.stages.{name}":
-                continue  # stage not built yet
-            raise
-        module.register(sub)
+    for name in stages:
+        importlib.import_module(f"elf.stages.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # A pipeline job runs one stage: import only that module (importing every stage pulls in torch,
+    # transformers, pandas and matplotlib, seconds per job over hundreds of jobs); `elf --help` and
+    # unknown names build the full parser so argparse lists every stage.
+    stage = argv[0] if argv and argv[0] in STAGES else None
+    args = build_parser((stage,) if stage else STAGES).parse_args(argv)
     try:
         args.func(args)
     except ElfError as err:

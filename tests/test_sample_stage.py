@@ -91,6 +91,58 @@ def test_six_seeds_six_different_sample_sets(assets, tmp_path):
     assert len({json.dumps(s) for s in sets}) == 6
 
 
+def sample_seeds(assets, out_dir, seeds, n=4, batch_size=2) -> int:
+    return main(["sample", "--checkpoint", str(assets / "run"), "--sampler", json.dumps(SAMPLER),
+                 "--sampler-name", "sde3", "--seed", *map(str, seeds), "--n", str(n),
+                 "--batch-size", str(batch_size), "--tokenizer", str(assets / "tok"),
+                 "--out-dir", str(out_dir), "--no-progress"])
+
+
+def test_several_seeds_in_one_call_equal_one_call_each(assets, tmp_path):
+    out = tmp_path / "sde3"
+    assert sample_seeds(assets, out, [0, 2, 5]) == 0
+    assert sorted(f.name for f in out.iterdir()) == ["seed0.jsonl", "seed2.jsonl", "seed5.jsonl"]
+    assert not (tmp_path / "sde3.partial").exists()
+    for seed in (0, 2, 5):
+        assert sample(assets, tmp_path / f"alone{seed}.jsonl", seed=seed, n=4) == 0
+        together, alone = read_samples(out / f"seed{seed}.jsonl"), read_samples(tmp_path / f"alone{seed}.jsonl")
+        assert together[1] == alone[1] and together[0]["seed"] == seed
+
+
+def test_several_seeds_resume_after_a_kill_and_drop_unasked_seeds(assets, tmp_path, monkeypatch):
+    out = tmp_path / "sde3"
+    assert sample_seeds(assets, tmp_path / "ref", [0, 1]) == 0
+    real, calls = sample_stage._sample_batch, []
+
+    def failing(*args, **kwargs):
+        if len(calls) == 3:  # seed 0 (2 batches) done, seed 1's first batch done
+            raise Interrupt("simulated kill")
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sample_stage, "_sample_batch", failing)
+    with pytest.raises(Interrupt):
+        sample_seeds(assets, out, [0, 1])
+    staging = tmp_path / "sde3.partial"
+    assert not out.exists() and (staging / "seed0.jsonl").exists()
+    assert (staging / "seed1.jsonl.partial").exists()
+    (staging / "seed7.jsonl").write_text("from an older seed list")
+    monkeypatch.setattr(sample_stage, "_sample_batch", real)
+    seen = counting(monkeypatch)
+    assert sample_seeds(assets, out, [0, 1]) == 0
+    assert seen == [(2, 4)]  # only seed 1's second batch was left
+    assert sorted(f.name for f in out.iterdir()) == ["seed0.jsonl", "seed1.jsonl"]
+    for seed in (0, 1):
+        assert read_samples(out / f"seed{seed}.jsonl") == read_samples(tmp_path / "ref" / f"seed{seed}.jsonl")
+
+
+def test_several_seeds_need_a_folder(assets, tmp_path, capsys):
+    assert main(["sample", "--checkpoint", str(assets / "run"), "--sampler", json.dumps(SAMPLER),
+                 "--seed", "0", "1", "--n", "2", "--tokenizer", str(assets / "tok"),
+                 "--out", str(tmp_path / "x.jsonl")]) == 2
+    assert "--out-dir" in capsys.readouterr().err and not (tmp_path / "x.jsonl").exists()
+
+
 class Interrupt(RuntimeError):
     pass
 

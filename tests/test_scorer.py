@@ -134,5 +134,41 @@ def test_score_stage_reference_texts(scorer_dir, corpus, tmp_path):
     assert score["metrics"]["gen_ppl"] < 300  # a trained scorer finds real text likely
 
 
+def test_score_stage_several_files_one_folder(scorer_dir, tmp_path):
+    """The seeds of one (run, sampler) in one call: each file's score equals scoring it alone."""
+    paths = []
+    for seed in (0, 1):
+        header = {"run": "owt-b", "sampler": "sde32", "seed": seed, "code_version": "test"}
+        path = tmp_path / "samples" / f"seed{seed}.jsonl"
+        write_samples(path, header, [{"i": i, "text": t, "token_ids": [1]}
+                                     for i, t in enumerate(sentences(10 + seed, 4))])
+        paths.append(path)
+        assert main(["score", "--samples", str(path), "--scorer", str(scorer_dir), "--device", "cpu",
+                     "--out", str(tmp_path / f"alone{seed}.json")]) == 0
+    out = tmp_path / "scores"
+    assert main(["score", "--samples", *map(str, paths), "--scorer", str(scorer_dir), "--device", "cpu",
+                 "--out-dir", str(out)]) == 0
+    assert sorted(f.name for f in out.iterdir()) == ["seed0.json", "seed1.json"]
+    for seed in (0, 1):
+        together, alone = read_json(out / f"seed{seed}.json"), read_json(tmp_path / f"alone{seed}.json")
+        assert together["metrics"] == alone["metrics"]
+        assert together["samples_provenance"]["seed"] == seed
+
+
+def test_score_stage_bad_file_among_several_writes_nothing(scorer_dir, tmp_path, capsys):
+    good = tmp_path / "seed0.jsonl"
+    write_samples(good, {"seed": 0}, [{"i": 0, "text": "the cat", "token_ids": [1]}])
+    bad = tmp_path / "seed1.jsonl"
+    bad.write_text('{"provenance": {}}\n{"i": 0}\n')
+    out = tmp_path / "scores"
+    assert main(["score", "--samples", str(good), str(bad), "--scorer", str(scorer_dir),
+                 "--device", "cpu", "--out-dir", str(out)]) == 2
+    assert "seed1.jsonl:2" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["score", "--samples", str(good), str(bad), "--scorer", str(scorer_dir),
+                 "--out", str(tmp_path / "one.json")]) == 2
+    assert "--out-dir" in capsys.readouterr().err
+
+
 def test_stage_default_context_is_the_released_one():
     assert score_stage.GPT2_CONTEXT == GPT2_CONTEXT == 1024

@@ -1,4 +1,4 @@
-"""``elf sample``: a run's checkpoint (EMA weights) + a named sampler setting + a seed → samples JSONL.
+"""``elf sample``: a run's checkpoint (EMA weights) + a named sampler setting + seeds → samples JSONL.
 
 The file's first line is a provenance header (checkpoint sha256, run config hash = ``sha256_json`` of
 the checkpoint config's ``run``, sampler settings, seed, code version); each further line is one
@@ -8,6 +8,10 @@ interrupted run resumes from the batches already written (``<out>.partial``):
 
     elf sample --checkpoint results/runs/base --sampler '{"method": "sde", "steps": 32, ...}' \
         --sampler-name sde32 --seed 0 --n 64 --tokenizer results/models/tokenizer --out s.jsonl
+
+Several seeds share one process (the checkpoint is loaded once): ``--seed 0 1 2 --out-dir DIR`` writes
+``DIR/seed<k>.jsonl`` for each, building them in ``DIR.partial/`` (finished seeds and the batches of
+the current one survive a kill and are reused) and moving that folder onto ``DIR`` at the end.
 Conditional tasks add ``--store <test split .zarr> --tokens <packed dataset dir>``. A run trained
 without a decode head names a separate decoder (Fig. 5b); pass its directory with ``--decoder``.
 """
@@ -17,19 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 from pathlib import Path
 
 from elf.cli import ElfError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sample", help="sample one seed of one run with one sampler setting",
+    p = sub.add_parser("sample", help="sample one run with one sampler setting, for one or more seeds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="run directory (config.json + ema.safetensors)")
     p.add_argument("--sampler", required=True, help="SamplerSettings as JSON")
     p.add_argument("--sampler-name", default="custom", help="the sampler's name in the config")
     p.add_argument("--run-name", default=None, help="the run's name in the config")
-    p.add_argument("--seed", type=int, required=True, help="evaluation seed")
+    p.add_argument("--seed", type=int, nargs="+", required=True,
+                   help="evaluation seed(s); several need --out-dir")
     p.add_argument("--n", type=int, required=True, help="samples (unconditional) or examples (0 = all)")
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch")
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (detokenisation)")
@@ -38,7 +44,9 @@ def register(sub) -> None:
     p.add_argument("--split", default="test", help="conditional: split of --tokens")
     p.add_argument("--decoder", help="separate decoder dir (`elf decoder`), for runs that name one")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument("--out", required=True, help="samples file (.jsonl)")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", help="samples file (.jsonl) of the one --seed")
+    out.add_argument("--out-dir", help="folder of seed<k>.jsonl, one per --seed")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -58,13 +66,60 @@ def batch_generator(seed: int, batch: int):
 
 
 def run(args) -> None:
-    import torch
-    from tqdm import tqdm
+    if len(set(args.seed)) != len(args.seed):
+        raise ElfError(f"--seed: a seed is given twice ({args.seed})")
+    if args.out and len(args.seed) != 1:
+        raise ElfError(f"--out holds one seed; for {len(args.seed)} seeds pass --out-dir")
+    job = _load_job(args)
+    if args.out:
+        _sample_seed(job, args, args.seed[0], Path(args.out), Path(str(args.out) + ".partial"))
+        return
+    out_dir = Path(args.out_dir)
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    staging.mkdir(parents=True, exist_ok=True)
+    for seed in args.seed:
+        final = staging / f"seed{seed}.jsonl"
+        if not _finished(final, job.header(seed)):
+            _sample_seed(job, args, seed, final, staging / f"seed{seed}.jsonl.partial")
+    for stray in set(staging.iterdir()) - {staging / f"seed{seed}.jsonl" for seed in args.seed}:
+        stray.unlink()  # seeds no longer asked for
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    os.replace(staging, out_dir)
 
-    from elf.config import to_dict
+
+class _Job:
+    """What every seed of one (checkpoint, sampler) shares: loaded once per process."""
+
+    def __init__(self, args, settings, model, meta, decoder, decoder_sha256, tokenizer, source_rows,
+                 device, checkpoint_sha256):
+        self.settings, self.model, self.meta, self.device = settings, model, meta, device
+        self.decoder, self.tokenizer, self.source_rows = decoder, tokenizer, source_rows
+        conditional = source_rows is not None
+        n = len(source_rows["input_ids"]) if conditional else args.n
+        self.n = min(n, args.n) if conditional and args.n else n
+        self._header = dict(
+            checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256,
+            run=args.run_name or Path(args.checkpoint).name, run_config_sha256=None,
+            sampler=args.sampler_name, sampler_settings=None, n=self.n, batch_size=args.batch_size,
+            task=meta["dataset"]["task"], eval_store=args.store, eval_tokens=args.tokens,
+            eval_split=args.split if conditional else None,
+            eval_store_identity=source_rows["store_identity"] if conditional else None,
+            decoder=args.decoder, decoder_sha256=decoder_sha256)
+
+    def header(self, seed: int) -> dict:
+        from elf.config import to_dict
+        from elf.io import provenance, sha256_json
+
+        fields = dict(self._header, run_config_sha256=sha256_json(self.meta["run"]),
+                      sampler_settings=to_dict(self.settings), seed=seed)
+        return provenance(**fields)
+
+
+def _load_job(args) -> _Job:
+    import torch
+
     from elf.data.tokenizer import load_tokenizer
-    from elf.evaluate.samples import write_samples
-    from elf.io import provenance, sha256_json
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
     settings = parse_sampler_settings(args.sampler)
@@ -78,36 +133,49 @@ def run(args) -> None:
     tokenizer = load_tokenizer(args.tokenizer)
     conditional = meta["dataset"]["task"] != "unconditional"
     source_rows = _conditional_inputs(args, meta) if conditional else None
-    n = len(source_rows["input_ids"]) if conditional else args.n
-    if conditional and args.n:
-        n = min(n, args.n)
-    header = provenance(checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256(
-        Path(args.checkpoint)), run=args.run_name or Path(args.checkpoint).name,
-        run_config_sha256=sha256_json(meta["run"]),
-        sampler=args.sampler_name, sampler_settings=to_dict(settings), seed=args.seed, n=n,
-        batch_size=args.batch_size, task=meta["dataset"]["task"], eval_store=args.store,
-        eval_tokens=args.tokens, eval_split=args.split if conditional else None,
-        eval_store_identity=source_rows["store_identity"] if conditional else None,
-        decoder=args.decoder, decoder_sha256=decoder_sha256)
-    partial = Path(str(args.out) + ".partial")
+    return _Job(args, settings, model, meta, decoder, decoder_sha256, tokenizer, source_rows, device,
+                checkpoint_sha256(Path(args.checkpoint)))
+
+
+def _finished(path: Path, header: dict) -> bool:
+    """A complete seed file from an interrupted multi-seed run, with the same inputs and settings."""
+    from elf.evaluate.samples import SamplesFormatError, read_samples
+
+    if not path.exists():
+        return False
+    try:
+        old, rows = read_samples(path)
+    except SamplesFormatError:
+        return False
+    return _same_inputs(old, header) and len(rows) == header["n"]
+
+
+def _sample_seed(job: _Job, args, seed: int, out: Path, partial: Path) -> None:
+    """Sample one seed into ``out``, resuming from (and then removing) ``partial``."""
+    from tqdm import tqdm
+
+    from elf.evaluate.samples import write_samples
+
+    header = job.header(seed)
     rows = _resume(partial, header)
-    L, d = meta["model"]["max_length"], meta["model"]["d"]
-    starts = list(range(0, n, args.batch_size))
+    L, d = job.meta["model"]["max_length"], job.meta["model"]["d"]
+    starts = list(range(0, job.n, args.batch_size))
     done = len(rows) // args.batch_size if rows else 0
     rows = rows[:done * args.batch_size]
     _rewrite_partial(partial, header, rows)
-    bar = tqdm(total=n, initial=len(rows), desc="sample", unit="sample", disable=args.no_progress)
+    bar = tqdm(total=job.n, initial=len(rows), desc=f"sample seed {seed}", unit="sample",
+               disable=args.no_progress)
     for k in range(done, len(starts)):
-        lo, hi = starts[k], min(starts[k] + args.batch_size, n)
-        batch_rows = _sample_batch(model, meta, settings, tokenizer, lo, hi, L, d, device,
-                                   batch_generator(args.seed, k), source_rows, decoder)
+        lo, hi = starts[k], min(starts[k] + args.batch_size, job.n)
+        batch_rows = _sample_batch(job.model, job.meta, job.settings, job.tokenizer, lo, hi, L, d,
+                                   job.device, batch_generator(seed, k), job.source_rows, job.decoder)
         with open(partial, "a") as fh:
             for row in batch_rows:
                 fh.write(json.dumps(row) + "\n")
         rows += batch_rows
         bar.update(hi - lo)
     bar.close()
-    write_samples(args.out, header, rows)
+    write_samples(out, header, rows)
     partial.unlink(missing_ok=True)
 
 
@@ -204,12 +272,7 @@ def _resume(partial: Path, header: dict) -> list[dict]:
         old = json.loads(lines[0])["provenance"]
     except (IndexError, json.JSONDecodeError, KeyError):
         return []
-    # batch k's noise comes from generator (seed, k) in one draw of batch_size rows: rows written
-    # with another batch size are other samples
-    same = all(old.get(k) == header[k]
-               for k in ("checkpoint_sha256", "sampler_settings", "seed", "n", "batch_size",
-                        "decoder_sha256"))
-    if not same:
+    if not _same_inputs(old, header):
         return []
     rows = []
     for line in lines[1:]:
@@ -218,6 +281,13 @@ def _resume(partial: Path, header: dict) -> list[dict]:
         except json.JSONDecodeError:  # a line cut by the kill
             break
     return rows
+
+
+def _same_inputs(old: dict, header: dict) -> bool:
+    # batch k's noise comes from generator (seed, k) in one draw of batch_size rows: rows written
+    # with another batch size are other samples
+    return all(old.get(k) == header[k] for k in ("checkpoint_sha256", "sampler_settings", "seed", "n",
+                                                  "batch_size", "decoder_sha256"))
 
 
 def _rewrite_partial(partial: Path, header: dict, rows: list[dict]) -> None:

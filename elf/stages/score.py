@@ -1,4 +1,4 @@
-"""``elf score``: score one samples file (or real held-out text) and write its metrics JSON (spec §6).
+"""``elf score``: score samples files (or real held-out text) and write their metrics JSON (spec §6).
 
 Reads a samples file (elf/evaluate/samples.py format) and, for unconditional samples, a scorer folder or
 hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomically):
@@ -9,6 +9,10 @@ hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomicall
 - translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
 - summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
 Non-finite values (nothing scored) are written as null.
+
+Several samples files (the seeds of one run and sampler) share one process and one scorer load:
+``--samples DIR/seed0.jsonl DIR/seed1.jsonl --out-dir SCORES`` writes ``SCORES/seed0.json``, ...
+(one file per samples file, named after it; the folder appears whole or not at all).
 
 ``--reference-texts`` scores real text instead — the figures' "Dataset" line: a ``datasets`` folder
 (column ``text``, split ``--split``, default test; first ``--n`` rows) or a JSONL file of ``text`` rows.
@@ -28,7 +32,7 @@ from pathlib import Path
 
 from elf.cli import ElfError
 from elf.evaluate.samples import SamplesFormatError, read_samples, read_text_column, texts_sha256
-from elf.io import provenance, sha256_file, sha256_json, write_json
+from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
 from elf.stages.scorer import resolve_device
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
@@ -41,11 +45,13 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("score", help="Gen. PPL/entropy, BLEU or ROUGE of a samples file",
                                    description=__doc__)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--samples", help="samples JSONL file (written by `elf sample`)")
+    source.add_argument("--samples", nargs="+", help="samples JSONL file(s) (written by `elf sample`)")
     source.add_argument("--reference-texts", help="real text to score: datasets folder or JSONL file")
     parser.add_argument("--task", choices=TASKS, default="unconditional", help="which metrics")
     parser.add_argument("--scorer", help="scorer folder or hub name (unconditional)")
-    parser.add_argument("--out", required=True, help="score JSON to write")
+    out = parser.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", help="score JSON to write (one samples file, or --reference-texts)")
+    out.add_argument("--out-dir", help="folder of <samples stem>.json, one per --samples file")
     parser.add_argument("--batch-size", type=int, default=64, help="scorer batch (released: 64)")
     parser.add_argument("--max-length", type=int, default=GPT2_CONTEXT,
                         help="truncation of retokenised samples (released: 1024)")
@@ -69,10 +75,8 @@ def scorer_fingerprint(name_or_path: str, model) -> dict:
             "scorer_revision": getattr(model.config, "_commit_hash", None)}
 
 
-def unconditional_metrics(texts: list[str], args) -> tuple[dict, dict, dict]:
-    """(metrics, metrics_settings, scorer provenance fields) for Gen. PPL and entropy."""
-    from elf.evaluate.entropy import text_entropy
-    from elf.evaluate.genppl import gen_ppl, scoring_context
+def load_unconditional_scorer(args) -> tuple:
+    """(model, tokenizer, device) of ``--scorer``, loaded once for every file scored."""
     from elf.evaluate.scorer import load_scorer
 
     if not args.scorer:
@@ -82,6 +86,15 @@ def unconditional_metrics(texts: list[str], args) -> tuple[dict, dict, dict]:
         model, tokenizer = load_scorer(args.scorer, device)
     except OSError as err:
         raise ElfError(f"--scorer {args.scorer}: cannot load ({err})") from err
+    return model, tokenizer, device
+
+
+def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, dict]:
+    """(metrics, metrics_settings, scorer provenance fields) for Gen. PPL and entropy."""
+    from elf.evaluate.entropy import text_entropy
+    from elf.evaluate.genppl import gen_ppl, scoring_context
+
+    model, tokenizer, device = scorer
     context = scoring_context(model, args.max_length)
     ppl = gen_ppl(texts, model, tokenizer, batch_size=args.batch_size, device=device,
                   max_length=context)
@@ -123,23 +136,49 @@ def run(args) -> None:
     if args.batch_size < 1 or args.max_length < 2 or args.n < 1:
         raise ElfError("--batch-size and --n must be >= 1, --max-length >= 2")
     if args.reference_texts:
+        if not args.out:
+            raise ElfError("--reference-texts writes one score: pass --out")
         run_reference(args)
         return
+    if args.out and len(args.samples) != 1:
+        raise ElfError(f"--out holds one score; for {len(args.samples)} samples files pass --out-dir")
+    stems = [Path(path).stem for path in args.samples]
+    if len(set(stems)) != len(stems):
+        raise ElfError(f"--samples: two files share a name, their scores would collide: {args.samples}")
+    loaded = [read_samples_file(path) for path in args.samples]  # every file checked before scoring
+    scorer = load_unconditional_scorer(args) if args.task == "unconditional" else None
+    records = {Path(path).stem: score_record(path, header, rows, args, scorer)
+               for path, (header, rows) in zip(args.samples, loaded)}
+    if args.out:
+        write_json(args.out, records[stems[0]])
+        return
+    with atomic_dir(args.out_dir) as tmp:
+        for stem, record in records.items():
+            write_json(tmp / f"{stem}.json", record)
+
+
+def read_samples_file(path: str) -> tuple[dict, list[dict]]:
     try:
-        samples_header, rows = read_samples(args.samples)
+        header, rows = read_samples(path)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--samples: {err}") from err
     if not rows:
-        raise ElfError(f"--samples {args.samples}: the file holds no samples")
+        raise ElfError(f"--samples {path}: the file holds no samples")
+    return header, rows
+
+
+def score_record(path: str, samples_header: dict, rows: list[dict], args, scorer) -> dict:
+    """The score file of one samples file: provenance, the samples' header, the metrics."""
     scorer_fields: dict = {}
     if args.task == "unconditional":
-        metrics, settings, scorer_fields = unconditional_metrics([row["text"] for row in rows], args)
+        metrics, settings, scorer_fields = unconditional_metrics([row["text"] for row in rows],
+                                                                 args, scorer)
     else:
         metrics, settings = conditional_metrics(rows, args.task)
-    record = provenance(samples=str(args.samples), samples_sha256=sha256_file(args.samples),
+    record = provenance(samples=str(path), samples_sha256=sha256_file(path),
                         task=args.task, metrics_settings=settings, **scorer_fields)
-    write_json(args.out, {"provenance": record, "samples_provenance": samples_header,
-                          "metrics": finite_or_none(metrics)})
+    return {"provenance": record, "samples_provenance": samples_header,
+            "metrics": finite_or_none(metrics)}
 
 
 def run_reference(args) -> None:
@@ -152,7 +191,8 @@ def run_reference(args) -> None:
         raise ElfError(f"--reference-texts: {err}") from err
     if not texts:
         raise ElfError(f"--reference-texts {args.reference_texts}: no rows to score")
-    metrics, settings, scorer_fields = unconditional_metrics(texts, args)
+    metrics, settings, scorer_fields = unconditional_metrics(texts, args,
+                                                             load_unconditional_scorer(args))
     data = {"kind": "reference_texts", "dataset": str(args.reference_texts), "split": split,
             "n": len(texts), "texts_sha256": texts_sha256(texts)}
     record = provenance(reference_texts=data, task=args.task, metrics_settings=settings, **scorer_fields)

@@ -1,9 +1,9 @@
-# Checkpoint × named sampler setting × evaluation seed → samples JSONL with provenance.
-
+# Checkpoint × named sampler setting → one samples JSONL per evaluation seed, with provenance.
 
 
 rule sample:
-    """Sample one seed of one run with one sampler setting."""
+    """Sample one run with one sampler setting for every evaluation seed it needs (one process: the
+    checkpoint loads once); resumes from <folder>.partial/ after a kill."""
     conda:
         ENV
     input:
@@ -14,9 +14,12 @@ rule sample:
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
         decoder=decoder_input,
     output:
-        f"{R}/samples/{{run}}/{{sampler}}/seed{{seed}}.jsonl",
+        directory(f"{R}/samples/{{run}}/{{sampler}}"),
+    wildcard_constraints:
+        run=ANY_RUN,
     params:
         sampler=lambda w: as_json(EXP.samplers[w.sampler]),
+        seeds=lambda w: " ".join(str(s) for s in seeds_of(w.run, w.sampler)),
         n=lambda w: EXP.evaluation.n_samples if task_of(w.run) == "unconditional" else EXP.evaluation.n_examples,
         cond=lambda w, input: f"--store {input.store} --tokens {input.tokens} --split {EXP.evaluation.split}"
         if "store" in input.keys() else "",
@@ -25,9 +28,9 @@ rule sample:
         batch=EXP.evaluation.sample_batch_size,
         decoder=decoder_arg,
     log:
-        f"{R}/logs/sample/{{run}}/{{sampler}}/seed{{seed}}.log",
+        f"{R}/logs/sample/{{run}}/{{sampler}}.log",
     shell:
         "elf sample --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
-        "--sampler-name {wildcards.sampler} --run-name {wildcards.run} --seed {wildcards.seed} "
+        "--sampler-name {wildcards.sampler} --run-name {wildcards.run} --seed {params.seeds} "
         "--n {params.n} --batch-size {params.batch} --tokenizer {params.tokenizer} {params.cond} {params.decoder} "
-        "--out {output} --no-progress 2> {log}"
+        "--out-dir {output} --no-progress 2> {log}"

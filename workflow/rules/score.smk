@@ -1,46 +1,32 @@
-# Samples → metrics (Gen. PPL + entropy, BLEU, ROUGE) → mean ± SE over evaluation seeds.
-
-
-# Seconds of CPU each: run where Snakemake runs rather than as cluster jobs.
-localrules:
-    aggregate,
+# Samples → metrics (Gen. PPL + entropy, BLEU, ROUGE) per seed → mean ± SE over evaluation seeds.
 
 
 rule score:
-    """Score one samples file with the task's metrics."""
+    """Score every seed's samples of one run and sampler (one scorer load), then their mean ± SE
+    across seeds (`elf aggregate`, seconds): the aggregate is what figures and tables read."""
     conda:
         ENV
     input:
-        code("evaluate", "stages/score.py"),
-        samples=f"{R}/samples/{{run}}/{{sampler}}/seed{{seed}}.jsonl",
+        code("evaluate", "stages/score.py", "stages/aggregate.py"),
+        samples=f"{R}/samples/{{run}}/{{sampler}}",
         scorer=SCORER,
     output:
-        f"{R}/scores/{{run}}/{{sampler}}/seed{{seed}}.json",
+        scores=directory(f"{R}/scores/{{run}}/{{sampler}}"),
+        aggregate=f"{R}/aggregates/{{run}}/{{sampler}}.json",
+    wildcard_constraints:
+        run=ANY_RUN,
     params:
         task=lambda w: task_of(w.run),
         batch=EXP.evaluation.score_batch_size,
+        samples=lambda w, input: seed_files(input.samples, w, "jsonl"),
+        scores=lambda w, output: seed_files(output.scores, w, "json"),
     log:
-        f"{R}/logs/score/{{run}}/{{sampler}}/seed{{seed}}.log",
+        f"{R}/logs/score/{{run}}/{{sampler}}.log",
     shell:
-        "elf score --samples {input.samples} --task {params.task} --scorer {input.scorer} "
-        "--batch-size {params.batch} --out {output} 2> {log}"
-
-
-rule aggregate:
-    """Mean ± standard error across the evaluation seeds a figure or table needs."""
-    conda:
-        ENV
-    input:
-        code("evaluate/aggregate.py", "stages/aggregate.py"),
-        scores=lambda w: expand(f"{R}/scores/{w.run}/{w.sampler}/seed{{seed}}.json",
-                                seed=seeds_of(w.run, w.sampler)),
-    output:
-        f"{R}/aggregates/{{run}}/{{sampler}}.json",
-    log:
-        f"{R}/logs/aggregate/{{run}}/{{sampler}}.log",
-    shell:
-        "elf aggregate --scores {input.scores} --run {wildcards.run} --sampler {wildcards.sampler} "
-        "--out {output} 2> {log}"
+        "(elf score --samples {params.samples} --task {params.task} --scorer {input.scorer} "
+        "--batch-size {params.batch} --out-dir {output.scores} && "
+        "elf aggregate --scores {params.scores} --run {wildcards.run} --sampler {wildcards.sampler} "
+        "--out {output.aggregate}) 2> {log}"
 
 
 rule score_dataset:
