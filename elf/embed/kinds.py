@@ -9,10 +9,10 @@ RAW (unnormalised) float32 embeddings (B, L, dim); ``normalise`` applies the con
 | ``encoder``     | ``ContextualEncoder``: T5 encoder last hidden state (after its final norm) | yes | yes |
 | ``token_table`` | ``TokenTable``: the same encoder's token-embedding table | no | yes |
 | ``gaussian``    | ``GaussianTable``: a frozen N(0, 1) table | no | yes |
-| ``learned``     | ``LearnedTable``: an ``nn.Embedding`` trained with the flow | no | no (embedded on the fly) |
+| ``learned``     | none here: the decode head's unembedding, trained with the flow (``elf/embed/learned.py``) | no | no |
 
 No file I/O apart from ``build_embedder`` loading an encoder folder. The cache stage (``elf embed``) runs a
-cacheable embedder over a packed dataset; the training stage runs a ``LearnedTable`` itself.
+cacheable embedder over a packed dataset; kind ``learned`` is embedded by the training stage.
 """
 
 from __future__ import annotations
@@ -91,26 +91,11 @@ class GaussianTable(_FrozenTable):
         super().__init__(torch.randn(vocab, dim, generator=generator))
 
 
-class LearnedTable(Embedder):
-    """A trainable table learned jointly with the flow, initialised N(0, 1) (``nn.Embedding``'s default
-    law) from a generator seeded with ``seed``. Not cacheable: the training stage embeds on the fly."""
-    cacheable = False
-
-    def __init__(self, vocab: int, dim: int, seed: int):
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.table = nn.Embedding(vocab, dim, _weight=torch.randn(vocab, dim, generator=generator))
-        self.dim = dim
-
-    def forward(self, input_ids, attention_mask=None, cond_seq_mask=None, drop_source=None):
-        return self.table(input_ids).float()
-
-
 def build_embedder(settings: EmbeddingSettings, encoder_path: str | None, vocab_size: int,
                    seed: int = 0, dim: int | None = None) -> Embedder:
     """The embedder ``settings.kind`` names. ``encoder_path`` (a hub id or saved folder) is required for
-    ``encoder`` / ``token_table``; for ``gaussian`` / ``learned`` it only sets the width (the paper compares
-    kinds at the encoder's width), else pass ``dim``. Raises ValueError when the encoder has fewer
+    ``encoder`` / ``token_table``; for ``gaussian`` it only sets the width (the paper compares kinds at
+    the encoder's width), else pass ``dim``. Kind ``learned`` has no embedder (``elf/embed/learned.py``). Raises ValueError when the encoder has fewer
     embedding rows than ``vocab_size``."""
     if settings.kind in ("encoder", "token_table"):
         if encoder_path is None:
@@ -127,8 +112,6 @@ def build_embedder(settings: EmbeddingSettings, encoder_path: str | None, vocab_
         dim = T5Config.from_pretrained(encoder_path).d_model
     if settings.kind == "gaussian":
         return GaussianTable(vocab_size, dim, seed)
-    if settings.kind == "learned":
-        return LearnedTable(vocab_size, dim, seed)
     raise ValueError(f"unknown embedding kind {settings.kind!r}")
 
 

@@ -19,6 +19,10 @@ checkpoint resumed on another number of GPUs continues the same global sequence 
 Batches are dicts of CPU tensors: ``input_ids``, ``attention_mask``, ``cond_seq_mask`` (int64), ``x``
 (normalised embeddings, float32), ``x_nosource`` (conditional data: target rows encoded without the
 source, for label drop) and ``index`` (the dataset rows).
+
+Sources (``StoreSource``, ``OnTheFlySource``) describe what they hold: ``dim``, ``seq_len``,
+``conditional``, ``stats`` (normalisation statistics or None), ``store_identity`` and
+``tokens_fingerprint`` (the identity of their input, recorded in a checkpoint's config.json).
 """
 
 from __future__ import annotations
@@ -65,7 +69,9 @@ class StoreSource:
         self.store = store if isinstance(store, EmbeddingStore) else open_store(store)
         self.conditional = self.store.conditional
         self.stats = self.store.stats
-        self.dim = self.store.dim
+        self.dim, self.seq_len = self.store.dim, self.store.seq_len
+        self.store_identity = self.store.attrs.get("identity_sha256")
+        self.tokens_fingerprint = None  # the store's identity covers its tokens
         layout = self.store.layout
         token_bytes = layout.num_sequences * layout.seq_len * 6
         auto = in_memory is None  # explicit False: read every array per batch
@@ -93,15 +99,24 @@ class StoreSource:
 
 class OnTheFlySource:
     """Token rows embedded per batch by an Embedder (frozen, no gradient). ``embedder=None`` gives
-    token-only batches (kind ``learned``: the trainer embeds with its own trainable table)."""
+    token-only batches (kind ``learned``: the trainer embeds with its own trainable table, of width
+    ``dim``)."""
 
     def __init__(self, token_arrays: TokenArrays | Mapping[str, np.ndarray], embedder: torch.nn.Module | None,
-                 stats: Mapping | None = None, *, device: str = "cpu", conditional: bool | None = None):
+                 stats: Mapping | None = None, *, device: str = "cpu", conditional: bool | None = None,
+                 dim: int | None = None):
         self.tokens = token_arrays if isinstance(token_arrays, TokenArrays) else TokenArrays(token_arrays)
         self.embedder = embedder.to(device).eval() if embedder is not None else None
         self.stats, self.device = stats, device
         self.conditional = self.tokens.conditional if conditional is None else conditional
-        self.dim = getattr(embedder, "dim", None)
+        self.dim = getattr(embedder, "dim", dim)
+        self.seq_len = self.tokens.seq_len
+        self.store_identity = None  # no store: the token data's fingerprint identifies the input
+
+    @property
+    def tokens_fingerprint(self) -> dict:
+        """Identity of the token rows (``TokenArrays.fingerprint``), recorded in the checkpoint."""
+        return self.tokens.fingerprint()
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -1,9 +1,11 @@
 """``elf train``: an embedding store + a run's settings → a checkpoint directory.
 
-Reads ``--store`` (the dataset's train split, Zarr, see ``elf embed``) and the tokenizer (for the
-vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``, ``train_log.jsonl``
-and, while running, ``resume/`` (a rerun of a killed job continues from it). Under ``torchrun`` it
-trains with DDP on every process of the job:
+Reads ``--store`` (the dataset's train split, Zarr, see ``elf embed``), or with an uncached
+embedding ``--tokens`` (the packed token dataset, embedded per batch; kind ``learned``: embedded by a
+table trained with the network, ``elf/embed/learned.py``, as wide as ``--encoder``), and the
+tokenizer (for the vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``,
+``train_log.jsonl`` and, while running, ``resume/`` (a rerun of a killed job continues from it).
+Under ``torchrun`` it trains with DDP on every process of the job:
 
     elf train --settings "$(elf settings --config config/config.yaml --run base)" \
         --store results/embeddings/owt/encoder/train.zarr --tokenizer results/models/tokenizer \
@@ -56,8 +58,11 @@ def run(args) -> None:
     run_s, data_s, emb_s, sizes = parse_train_settings(args.settings)
     if run_s.kind != "train":
         raise ElfError(f"run kind is {run_s.kind!r}; `elf train` trains kind 'train' runs only")
+    if emb_s.kind == "learned" and not run_s.model.decode_head:
+        raise ElfError("embedding kind 'learned' ties its table to the decode head's unembedding: "
+                       "the run needs model.decode_head: true")
     tokenizer = load_tokenizer(args.tokenizer)
-    source, identity, stats = _batch_source(args, emb_s, len(tokenizer))
+    source = _batch_source(args, emb_s, len(tokenizer))
     try:
         cfg = model_config(run_s.model.size, sizes, d=source.dim, vocab_size=len(tokenizer),
                            max_length=source.seq_len, bottleneck=run_s.model.bottleneck,
@@ -67,24 +72,42 @@ def run(args) -> None:
     rank, world_size, device = init_distributed()
     torch.manual_seed(run_s.budget.seed)  # model initialisation
     model = ELF(cfg)
+    covers_padding = data_s.task != "unconditional"
+    step_fn, after_step, table_meta = _learned_table(model, run_s, emb_s, covers_padding)
     b = run_s.budget
     batches = ShuffledBatches(source, b.batch_size // b.grad_accum, seed=b.seed, rank=rank,
                               world_size=world_size, normalization=emb_s.normalization,
                               mean=emb_s.mean, std=emb_s.std)
     meta = model_meta(cfg, run=to_dict(run_s), dataset=to_dict(data_s), embedding=to_dict(emb_s),
                       store=args.store, tokens=args.tokens, encoder=args.encoder,
-                      tokenizer=str(args.tokenizer), store_identity=identity,
-                      tokens_fingerprint=getattr(source, "tokens_fingerprint", None),
-                      normalization_stats=stats, num_parameters=sum(
-                          p.numel() for p in model.parameters()))
-    train(model, run_s, batches, args.out, meta,
-          loss_covers_padding=data_s.task != "unconditional", seq_shape=(source.seq_len, source.dim),
-          rank=rank, world_size=world_size, device=device, progress=not args.no_progress)
+                      tokenizer=str(args.tokenizer), store_identity=source.store_identity,
+                      tokens_fingerprint=source.tokens_fingerprint,
+                      normalization_stats=source.stats, num_parameters=sum(
+                          p.numel() for p in model.parameters()),
+                      **({"learned_table": table_meta} if table_meta else {}))
+    train(model, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
+          seq_shape=(source.seq_len, source.dim), rank=rank, world_size=world_size, device=device,
+          progress=not args.no_progress, step_fn=step_fn, after_step=after_step)
     batches.close()
 
 
+def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
+    """Kind ``learned`` (R10): the table tied to the unembedding, seeded, its training step and
+    renormalisation (``elf.embed.learned``); (None, None, None) for every other kind."""
+    if emb_s.kind != "learned":
+        return None, None, None
+    from elf.embed.learned import TiedTable, learned_step
+
+    table = TiedTable(model, mean=emb_s.mean, std=emb_s.std)
+    table.init_(run_s.budget.seed)
+    meta = {"tied_to": "unembed_kernel", "row_rms": table.rms, "init_seed": run_s.budget.seed,
+            "renormalised": "every optimiser step", "gradient_through_target": True}
+    return learned_step(table, run_s, covers_padding), table.renormalise_, meta
+
+
 def _batch_source(args, emb_s: EmbeddingSettings, vocab_size: int):
-    """The cached store, or token ids embedded per batch; returns (source, identity, stats)."""
+    """The cached store, or token ids embedded per batch (kind ``learned``: token ids only, the
+    trainer embeds them with its table)."""
     from elf.embed.kinds import build_embedder
     from elf.embed.reader import OnTheFlySource, StoreSource
     from elf.embed.store import TokenArrays, open_store
@@ -92,18 +115,19 @@ def _batch_source(args, emb_s: EmbeddingSettings, vocab_size: int):
     if args.store:
         if not emb_s.cache:
             raise ElfError("--store given but the embedding has cache: false (use --tokens)")
-        store = open_store(args.store)
-        source = StoreSource(store)
-        source.dim, source.seq_len = store.dim, store.seq_len
-        return source, store.attrs.get("identity_sha256"), store.stats
+        return StoreSource(open_store(args.store))
     if emb_s.cache:
         raise ElfError("--tokens given but the embedding has cache: true (use --store)")
-    if emb_s.kind == "learned":
-        raise ElfError("embedding kind 'learned' (a table trained jointly with the flow, R10) is not "
-                       "implemented yet")
     tokens = TokenArrays.from_disk(args.tokens, "train")
-    embedder = build_embedder(emb_s, args.encoder, vocab_size, seed=0)
-    source = OnTheFlySource(tokens, embedder, None)
-    source.seq_len = tokens.rows(0, 1)["input_ids"].shape[1]
-    source.tokens_fingerprint = tokens.fingerprint()
-    return source, None, None
+    if emb_s.kind == "learned":
+        return OnTheFlySource(tokens, None, dim=_table_width(args.encoder))
+    return OnTheFlySource(tokens, build_embedder(emb_s, args.encoder, vocab_size, seed=0), None)
+
+
+def _table_width(encoder: str | None) -> int:
+    """A learned table is as wide as the embedding's encoder (the paper compares kinds at its width)."""
+    from transformers import T5Config
+
+    if encoder is None:
+        raise ElfError("embedding kind 'learned' takes its width from the encoder: pass --encoder")
+    return T5Config.from_pretrained(encoder).d_model

@@ -66,14 +66,15 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
           *, loss_covers_padding: bool, seq_shape: tuple[int, int], rank: int = 0,
           world_size: int = 1, device: torch.device | str = "cpu", progress: bool = True,
           crash_after_step: int | None = None, draw_fn: Callable | None = None,
-          step_fn: Callable | None = None) -> None:
+          step_fn: Callable | None = None, after_step: Callable[[], None] | None = None) -> None:
     """Train ``model`` per ``run`` and write the final checkpoint into ``out_dir``.
 
     ``seq_shape`` = (L, d) of one sequence's embeddings; ``meta`` goes into ``config.json``.
     The objective is pluggable (progressive distillation, ``elf/stages/distill.py``):
     ``draw_fn(global_shape, generator)`` returns a step's draws (a dataclass of batch-first tensors
     with ``.to(device)``) and ``step_fn(net, batch, draws, denominator)`` a ``StepOutput``; the
-    defaults are spec §4's ``draw_step`` and ``training_step``.
+    defaults are spec §4's ``draw_step`` and ``training_step``. ``after_step()`` runs after every
+    optimiser step, before the EMA update (embedding kind ``learned``: renormalise the table).
     """
     if draw_fn is None:
         def draw_fn(shape, gen):
@@ -145,6 +146,8 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         optimizer.set_lr(lr)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if after_step is not None:
+            after_step()
         ema.update(model)
         step += 1
         bar.update(1)
