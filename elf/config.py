@@ -172,6 +172,12 @@ class DatasetSettings:
     max_length: int = _f(1024, help="model sequence length L", lo=2)
     max_input_length: Optional[int] = _f(None, help="conditional: source length cap", lo=1)
     max_train_sequences: int = _f(0, help="cap on packed training sequences (0 = all)", lo=0)
+    prepare_shards: int = _f(1, help="contiguous shards of the train split, tokenised and packed "
+                             "separately (in parallel, resumable); unconditional packing restarts "
+                             "at each shard and drops each shard's tail (< max_length tokens)", lo=1)
+    embed_shards: int = _f(1, help="parallel `elf embed` jobs (one GPU each) writing the train split's "
+                           "store, then one gather job; 1 = a single job. Scheduling only: the store "
+                           "is the same for any value", lo=1)
 
 
 @dataclass(frozen=True)

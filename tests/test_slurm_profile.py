@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_RULES = {"embed", "train", "distill", "decoder", "sample", "score", "score_dataset"}
-CPU_RULES = {"corpora", "tokenizer", "prepare", "encoder", "scorer", "aggregate", "figure", "table",
+GPU_RULES = {"embed", "embed_shard", "train", "distill", "decoder", "sample", "score", "score_dataset"}
+CPU_RULES = {"corpora", "tokenizer", "prepare", "embed_gather", "encoder", "scorer", "figure", "table",
              "review", "manifest", "released"}
 DEFAULT_SHAPE = dict(gpus=4, cpus=32, mem_mb=256000)   # slurm/config.yaml's defaults
 
@@ -128,16 +128,37 @@ def test_training_uses_every_gpu_of_a_node_through_torchrun(paper_dry_run):
         assert job["shell"].startswith(f"torchrun --standalone --nproc_per_node={gpus} -m elf train ")
 
 
-def test_embedding_writes_one_shard_per_gpu_then_finalizes(paper_dry_run):
-    embeds = [j for j in dry_run_jobs(paper_dry_run) if j["rule"] == "embed"]
-    assert {j["wildcards"]["split"] for j in embeds} >= {"train", "test"}
-    for job in embeds:
-        n = DEFAULT_SHAPE["gpus"] if job["wildcards"]["split"] == "train" else 1
-        assert int(job["resources"]["gpu"]) == n
-        assert f"xargs -P {n} -I @k@ elf embed " in job["shell"]
-        assert f"--shard @k@ --num-shards {n} " in job["shell"]
-        assert "echo cuda:@k@ || echo cpu" in job["shell"]
-        assert re.search(r"&& elf embed --finalize --out \S+\.zarr ", job["shell"])
+def test_big_train_splits_are_scattered_over_one_gpu_jobs_then_gathered(paper_dry_run):
+    """Each dataset with embed_shards n > 1: n one-GPU `embed_shard` jobs per embedding of its train
+    split writing one work store, then a CPU `embed_gather` job; every other split: one `embed` job."""
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    shards = {name: d.get("embed_shards", 1) for name, d in paper["datasets"].items()}
+    assert shards["owt"] > 1
+    jobs = dry_run_jobs(paper_dry_run)
+    scattered = [j for j in jobs if j["rule"] == "embed_shard"]
+    gathers = [j for j in jobs if j["rule"] == "embed_gather"]
+    gathered = {g["wildcards"]["dataset"] for g in gathers}
+    assert "owt" in gathered and all(shards[d] > 1 for d in gathered)
+    for gather in gathers:
+        w = gather["wildcards"]
+        n = shards[w["dataset"]]
+        mine = [j for j in scattered if all(j["wildcards"][k] == w[k] for k in ("dataset", "embedding", "split"))]
+        assert sorted(int(j["wildcards"]["k"]) for j in mine) == list(range(n))
+        store = re.search(r"--out (\S+\.zarr) ", gather["shell"]).group(1)
+        for job in mine:
+            k = job["wildcards"]["k"]
+            assert int(job["resources"]["gpu"]) == 1
+            assert f"--work {store}.partial --out {store} --shard {k} --num-shards {n} " in job["shell"]
+            assert "echo cuda || echo cpu" in job["shell"]
+        assert "gpu" not in gather["resources"]
+        assert gather["shell"].startswith(f"elf embed --finalize --work {store}.partial --out {store} "
+                                          f"--num-shards {n} ")
+    singles = [j for j in jobs if j["rule"] == "embed"]
+    assert singles and all(shards[j["wildcards"]["dataset"]] == 1 or j["wildcards"]["split"] != "train"
+                           for j in singles)
+    for job in singles:
+        assert int(job["resources"]["gpu"]) == 1 and "--shard" not in job["shell"]
+        assert re.search(r"--work (\S+\.zarr)\.partial --out \1 ", job["shell"])
 
 
 def test_sampling_and_scoring_take_one_gpu_per_job(paper_dry_run):
@@ -162,7 +183,8 @@ def test_cluster_values_come_from_one_place():
     assert rules["train"]["cpus_per_task"] == str(96 // 8 * 8)
     assert rules["train"]["mem_mb"] == str(1000000 * 9 // 10 // 8 * 8)
     assert rules["sample"]["cpus_per_task"] == "12"
-    assert rules["embed"]["gpu"] == "8 if wildcards.split == 'train' else 1"
+    assert rules["embed"]["gpu"] == "1" and rules["embed_shard"]["gpu"] == "1"
+    assert rules["embed_shard"]["cpus_per_task"] == "12"
     for rule in CPU_RULES & rules.keys():
         assert "gpu" not in rules[rule] and "slurm_partition" not in rules[rule], rule
 
@@ -184,5 +206,5 @@ def test_without_a_profile_the_same_rules_run_one_process(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     jobs = {j["rule"]: j for j in dry_run_jobs(run.stdout + run.stderr)}
     assert jobs["train"]["shell"].startswith("elf train ")
-    assert "xargs -P 1 -I @k@ elf embed " in jobs["embed"]["shell"]
-    assert "--num-shards 1 --device cpu " in jobs["embed"]["shell"]
+    assert jobs["embed"]["shell"].startswith("elf embed ") and "--device cpu " in jobs["embed"]["shell"]
+    assert "embed_shard" not in jobs and "embed_gather" not in jobs   # embed_shards 1: one job per store

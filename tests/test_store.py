@@ -225,12 +225,17 @@ def test_existing_store_for_other_inputs_is_refused(tmp_path):
     st.create_store(tmp_path / "s.zarr", layout, {"source": "a"})  # same identity: reopened
 
 
-def test_sharded_write_and_finalize_equal_single_process(tmp_path):
+def single_and_shard_inputs(tmp_path):
+    """A finished one-process store (single.zarr), and the token arrays, layout and path
+    (sharded.zarr) for shard jobs writing the same data."""
     tokens = make_tokens(n=11, conditional=True)
     write_store(tmp_path / "single.zarr", tokens)
-    arrays = st.TokenArrays(tokens)
     layout = st.plan_layout(11, 6, 8, "float16", True, chunk_sequences=2, block_sequences=4)
-    path = tmp_path / "sharded.zarr"
+    return st.TokenArrays(tokens), layout, tmp_path / "sharded.zarr"
+
+
+def test_sharded_write_and_finalize_equal_single_process(tmp_path):
+    arrays, layout, path = single_and_shard_inputs(tmp_path)
     for shard in (2, 0):  # shard jobs run in any order; each creates-or-reopens the store
         st.create_store(path, layout, {"test": 1})
         st.write_blocks(path, arrays, TinyEmbedder(), batch_size=3, shard=shard, num_shards=3, progress=False)
@@ -328,3 +333,61 @@ def test_stage_refuses_learned_kind(tmp_path, token_dir, stand_in_encoder, capsy
 def test_stage_finalize_of_missing_store_is_clear(tmp_path, capsys):
     assert elf_main(["embed", "--finalize", "--out", str(tmp_path / "none.zarr")]) == 2
     assert "none.zarr" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------------
+# Scatter / gather as the Snakemake rules run it (embed_shard jobs, then embed_gather)
+# --------------------------------------------------------------------------------------------------
+
+def test_finalize_names_the_shard_jobs_that_did_not_finish(tmp_path):
+    tokens = make_tokens(n=11)   # 3 blocks of 4 rows; 2 shard jobs: job 0 writes blocks 0, 2; job 1 block 1
+    layout = st.plan_layout(11, 6, 8, "float16", False, chunk_sequences=2, block_sequences=4)
+    path = tmp_path / "s.zarr"
+    st.create_store(path, layout, {"test": 1})
+    st.write_blocks(path, st.TokenArrays(tokens), TinyEmbedder(), batch_size=3, shard=0, num_shards=2,
+                    progress=False)
+    with pytest.raises(st.StoreError, match=r"blocks 1\): shard job\(s\) 1 of 2 did not finish"):
+        st.finalize_store(path, num_shards=2, progress=False)
+
+
+def test_killed_shard_job_resumes_its_own_blocks(tmp_path):
+    arrays, layout, path = single_and_shard_inputs(tmp_path)
+    st.create_store(path, layout, {"test": 1})
+
+    def kill(block):
+        raise Killed
+
+    with pytest.raises(Killed):   # job 0 of 2 (blocks 0 and 2) killed after block 0
+        st.write_blocks(path, arrays, TinyEmbedder(), batch_size=3, shard=0, num_shards=2,
+                        after_block=kill, progress=False)
+    st.create_store(path, layout, {"test": 1})  # the retry reopens the store
+    assert st.write_blocks(path, arrays, TinyEmbedder(), batch_size=3, shard=0, num_shards=2,
+                           progress=False) == 1
+    assert st.write_blocks(path, arrays, TinyEmbedder(), batch_size=3, shard=1, num_shards=2,
+                           progress=False) == 1
+    st.finalize_store(path, num_shards=2, progress=False)
+    assert_same_store(tmp_path / "single.zarr", path)
+
+
+def test_stage_scatter_gather_through_a_work_store_equals_one_job(tmp_path, token_dir, stand_in_encoder,
+                                                                  capsys):
+    tokens_dir, _ = token_dir
+    one, two = tmp_path / "one" / "train.zarr", tmp_path / "two" / "train.zarr"
+    assert elf_main(embed_args(tokens_dir, stand_in_encoder, one, "--work", f"{one}.partial")) == 0
+    assert one.is_dir() and not (tmp_path / "one" / "train.zarr.partial").exists()
+    capsys.readouterr()
+    work = f"{two}.partial"
+    assert elf_main(embed_args(tokens_dir, stand_in_encoder, two, "--work", work,
+                               "--shard", "1", "--num-shards", "2")) == 0
+    out = capsys.readouterr().out
+    assert "9 sequences x 6 tokens x 8 dims" in out   # the projected size, before writing
+    assert f"elf embed --finalize --work {work} --out {two} --num-shards 2" in out
+    assert not two.exists()
+    assert elf_main(["embed", "--finalize", "--work", work, "--out", str(two), "--num-shards", "2"]) == 2
+    assert "shard job(s) 0 of 2 did not finish" in capsys.readouterr().err
+    assert elf_main(embed_args(tokens_dir, stand_in_encoder, two, "--work", work,
+                               "--shard", "0", "--num-shards", "2")) == 0
+    assert elf_main(["embed", "--finalize", "--work", work, "--out", str(two), "--num-shards", "2"]) == 0
+    assert two.is_dir() and not (tmp_path / "two" / "train.zarr.partial").exists()
+    assert_same_store(one, two)
+    st.open_store(two)

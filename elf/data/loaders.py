@@ -50,8 +50,11 @@ class CarveSizes:
 
 
 def load_raw(settings, embedded_root: str | Path | None = None,
-             carve: CarveSizes = CarveSizes()) -> datasets.DatasetDict:
-    """The dataset of a ``DatasetSettings`` with normalised columns and all splits."""
+             carve: CarveSizes = CarveSizes(), num_proc: int = 1) -> datasets.DatasetDict:
+    """The dataset of a ``DatasetSettings`` with normalised columns and all splits.
+
+    ``num_proc`` > 1 lets ``load_dataset`` download and convert a hub dataset in that many processes.
+    """
     where = f"dataset '{settings.name}' ({settings.source})"
     origins: dict[str, str] = {}  # split -> the files it was read from (local), for error messages
     if settings.source == "embedded":
@@ -60,7 +63,8 @@ def load_raw(settings, embedded_root: str | Path | None = None,
         splits = _load_saved(Path(embedded_root) / settings.name)
     elif settings.source == "hub":
         args = (settings.name, settings.subset) if settings.subset else (settings.name,)
-        splits = dict(datasets.load_dataset(*args))
+        parallel = {"num_proc": num_proc} if num_proc > 1 else {}
+        splits = dict(datasets.load_dataset(*args, **parallel))
     else:
         splits = _load_local(Path(settings.name), origins)
     splits = {name: normalise(ds, settings.task, origins.get(name, f"{where} split '{name}'"),

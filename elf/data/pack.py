@@ -10,12 +10,17 @@ Text is tokenised **without** added special tokens; EOS is placed here explicitl
   covers it so the model learns to stop); ``attention_mask`` is 1 on real tokens (including the
   target's first EOS), ``cond_seq_mask`` is 1 on source positions, ``source_length`` counts them.
 
+``StreamPacker`` is the unconditional packer fed a batch of documents at a time (memory: one batch);
+``pack_token_streams`` is one call of it. ``elf prepare`` runs one per shard of a big split, so each
+shard's stream is cut on its own (see elf/stages/prepare.py).
+
 Every function returns ``input_ids`` (N, L) int32, ``attention_mask`` (N, L) int8, ``cond_seq_mask``
 (N, L) int8 and ``source_length`` (N,) int32.
 """
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
@@ -44,28 +49,67 @@ def _arrays(input_ids: np.ndarray, attention_mask: np.ndarray,
             "source_length": (np.zeros(n) if source_length is None else source_length).astype(np.int32)}
 
 
+class StreamPacker:
+    """``pack_token_streams`` fed a batch of documents at a time: memory stays at one batch.
+
+    ``add(docs)`` returns the full rows these documents complete (int64, (n, L)); ``finish()`` the
+    padded row of a corpus shorter than one row (else nothing) and ``tail_tokens``, the ragged tail
+    dropped. ``done`` turns true once ``max_sequences`` rows are out (0 = no cap).
+    """
+
+    def __init__(self, eos_id: int, pad_id: int, max_length: int, max_sequences: int = 0):
+        self.eos_id, self.pad_id, self.max_length = eos_id, pad_id, max_length
+        self.max_sequences = max_sequences
+        self.rows_out = 0
+        self.tail_tokens = 0
+        self._carry = np.zeros(0, dtype=np.int64)
+
+    @property
+    def done(self) -> bool:
+        return 0 < self.max_sequences <= self.rows_out
+
+    def add(self, docs: Sequence[Sequence[int]]) -> np.ndarray:
+        if self.done or not len(docs):
+            return np.zeros((0, self.max_length), dtype=np.int64)
+        total = sum(len(doc) + 1 for doc in docs)
+        flat = np.fromiter(chain.from_iterable(chain(doc, (self.eos_id,)) for doc in docs),
+                           dtype=np.int64, count=total)
+        stream = np.concatenate([self._carry, flat])
+        n_rows = len(stream) // self.max_length
+        if self.max_sequences > 0:
+            n_rows = min(n_rows, self.max_sequences - self.rows_out)
+        cut = n_rows * self.max_length
+        self._carry = stream[cut:]
+        self.rows_out += n_rows
+        return stream[:cut].reshape(n_rows, self.max_length)
+
+    def finish(self) -> dict[str, np.ndarray]:
+        """The last rows as arrays: one padded, masked row if no row was full, else none."""
+        carry, self._carry = self._carry, np.zeros(0, dtype=np.int64)
+        if self.rows_out == 0:  # shorter than one row: keep it, padded and masked
+            ids = np.full((1, self.max_length), self.pad_id, dtype=np.int64)
+            ids[0, :len(carry)] = carry
+            mask = np.zeros((1, self.max_length), dtype=np.int8)
+            mask[0, :len(carry)] = 1
+            self.rows_out = 1
+            return _arrays(ids, mask)
+        if not self.done:
+            self.tail_tokens = len(carry)
+        return rows_arrays(np.zeros((0, self.max_length), dtype=np.int64))
+
+
+def rows_arrays(rows: np.ndarray) -> dict[str, np.ndarray]:
+    """Full unconditional rows (n, L) as the packed arrays (every token real, no source)."""
+    return _arrays(rows, np.ones_like(rows, dtype=np.int8))
+
+
 def pack_token_streams(docs: Sequence[Sequence[int]], eos_id: int, pad_id: int, max_length: int,
                        max_sequences: int = 0) -> dict[str, np.ndarray]:
     """Concatenate ``doc + [eos]`` for every doc and cut into rows of ``max_length`` (0 = no cap)."""
-    stream: list[int] = []
-    budget = max_sequences * max_length if max_sequences > 0 else None
-    for doc in docs:
-        stream.extend(doc)
-        stream.append(eos_id)
-        if budget is not None and len(stream) >= budget:
-            break
-    tokens = np.asarray(stream, dtype=np.int64)
-    if len(tokens) < max_length:  # shorter than one row: keep it, padded and masked
-        ids = np.full((1, max_length), pad_id, dtype=np.int64)
-        ids[0, :len(tokens)] = tokens
-        mask = np.zeros((1, max_length), dtype=np.int8)
-        mask[0, :len(tokens)] = 1
-        return _arrays(ids, mask)
-    n_rows = len(tokens) // max_length
-    if max_sequences > 0:
-        n_rows = min(n_rows, max_sequences)
-    ids = tokens[:n_rows * max_length].reshape(n_rows, max_length)
-    return _arrays(ids, np.ones_like(ids, dtype=np.int8))
+    packer = StreamPacker(eos_id, pad_id, max_length, max_sequences)
+    full = rows_arrays(packer.add(docs))
+    last = packer.finish()
+    return {name: np.concatenate([full[name], last[name]]) for name in full}
 
 
 def pack_unconditional(texts: Sequence[str], tokenizer, max_length: int,

@@ -494,8 +494,22 @@ def _token_ids_sha256(group: zarr.Group, layout: StoreLayout, progress: bool) ->
     return digest.hexdigest()
 
 
-def finalize_store(path: str | os.PathLike, *, progress: bool = True) -> dict:
-    """Check every block is written, then write statistics, checksum and the completion marker."""
+def _missing_blocks_message(path: Path, missing: np.ndarray, num_blocks: int, num_shards: int | None) -> str:
+    shown = ", ".join(map(str, missing[:10])) + (", ..." if missing.size > 10 else "")
+    message = f"cannot finalize {path}: {missing.size} of {num_blocks} blocks not written (blocks {shown})"
+    if num_shards:  # name the shard jobs that own them (job k writes blocks with index % n == k)
+        shards = sorted({int(b) % num_shards for b in missing})
+        return (f"{message}: shard job(s) {', '.join(map(str, shards))} of {num_shards} did not finish; "
+                f"rerun `elf embed ... --shard k --num-shards {num_shards}` for each (they resume)")
+    return (f"{message}; run the missing `elf embed --shard k --num-shards n` jobs, or rerun without "
+            "--shard")
+
+
+def finalize_store(path: str | os.PathLike, *, num_shards: int | None = None, progress: bool = True) -> dict:
+    """Check every block is written, then write statistics, checksum and the completion marker.
+
+    ``num_shards``: how many shard jobs wrote the store, so that a refusal names the unfinished ones.
+    """
     path = Path(path)
     if not (path / "zarr.json").exists():
         raise StoreError(f"no embedding store at {path} to finalize: run `elf embed` (with --shard) first")
@@ -506,10 +520,7 @@ def finalize_store(path: str | os.PathLike, *, progress: bool = True) -> dict:
     rows = group["block_stats"][:]
     missing = np.flatnonzero(np.isnan(rows[:, 0]))
     if missing.size:
-        shown = ", ".join(map(str, missing[:10])) + (", ..." if missing.size > 10 else "")
-        raise StoreError(
-            f"cannot finalize {path}: {missing.size} of {layout.num_blocks} blocks not written (blocks "
-            f"{shown}); run the missing `elf embed --shard k --num-shards n` jobs, or rerun without --shard")
+        raise StoreError(_missing_blocks_message(path, missing, layout.num_blocks, num_shards))
     stats = moments_to_stats(merge_moments(rows))
     checksum = _token_ids_sha256(group, layout, progress)
     group.attrs.update({"normalization_stats": stats, "token_ids_sha256": checksum,

@@ -9,14 +9,25 @@ Reads ``--tokens`` (the ``elf prepare`` DatasetDict and its provenance.json) and
 
 A killed run, rerun with the same arguments, continues from the blocks already written. On a cluster,
 n jobs ``... --shard k --num-shards n`` (k = 0..n-1) write disjoint blocks of one store (whichever starts
-first creates it), then ``elf embed --finalize --out STORE`` checks every block is there and writes the
-statistics, the token-id checksum and the completion marker. Without ``--shard`` one call does it all.
+first creates it), then ``elf embed --finalize --out STORE --num-shards n`` checks every block is there
+(else names the shard jobs that did not finish) and writes the statistics, the token-id checksum and the
+completion marker. Without ``--shard`` one call does it all. Every call prints the size of the store it
+will produce before writing.
+
+``--work PATH`` builds the store at PATH and renames it to ``--out`` once complete (by the single call,
+or by ``--finalize``). The Snakemake rules use it (``workflow/rules/embed.smk``): Snakemake deletes a
+failed job's output, but not the work store, so a killed job's retry resumes from its written blocks.
+
+    elf embed ... --work W.zarr --out train.zarr --shard 0 --num-shards 2   # and --shard 1: any order
+    elf embed --finalize --work W.zarr --out train.zarr --num-shards 2      # W.zarr -> train.zarr
+
 Kind ``learned`` is refused: it is trained with the flow, so training embeds it on the fly.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from elf.cli import ElfError
@@ -35,6 +46,8 @@ def register(subparsers) -> None:
     parser.add_argument("--tokens", help="packed-token DatasetDict folder (elf prepare --out)")
     parser.add_argument("--split", help="split to embed: train, validation or test")
     parser.add_argument("--out", required=True, help="the store to write, e.g. results/embeddings/D/E/train.zarr")
+    parser.add_argument("--work", help="build the store here, rename it to --out when complete (resumable "
+                        "even where a failed job's --out is deleted)")
     parser.add_argument("--shard", type=int, help="write only blocks with index %% num-shards == shard")
     parser.add_argument("--num-shards", type=int, help="number of --shard jobs writing this store")
     parser.add_argument("--finalize", action="store_true",
@@ -56,16 +69,16 @@ def register(subparsers) -> None:
 
 def run(args) -> None:
     # zarr / torch are imported here, not at module level, so `elf --help` stays fast
-    from elf.embed.store import TokenArrays, create_store, finalize_store, plan_layout, write_blocks
+    from elf.embed.store import TokenArrays, create_store, plan_layout, write_blocks
 
     if args.finalize:
-        _report(args.out, finalize_store(args.out))
+        _finish(args)
         return
     missing = [f"--{name}" for name in ("settings", "encoder", "tokens", "split") if getattr(args, name) is None]
     if missing:
         raise ElfError(f"missing {', '.join(missing)} (only --finalize runs without them)")
     if (args.shard is None) != (args.num_shards is None):
-        raise ElfError("--shard and --num-shards go together")
+        raise ElfError("--shard and --num-shards go together (--finalize takes --num-shards alone)")
     settings = _parse_settings(args.settings)
     if settings.kind == "learned":
         raise ElfError("embedding kind 'learned' cannot be cached: its table is trained with the flow, "
@@ -84,16 +97,35 @@ def run(args) -> None:
                 "vocab_size": vocab_size, "seed": args.seed,
                 "tokenizer": tokenizer_identity(args.tokenizer, args.tokens),
                 "source": {"tokens": str(args.tokens), "split": args.split, **tokens.fingerprint()}}
-    create_store(args.out, layout, identity,
+    store = args.work or args.out
+    create_store(store, layout, identity,
                  extra_attrs={"settings": to_dict(settings), "provenance": provenance()})
     sharded = args.shard is not None
-    written = write_blocks(args.out, tokens, embedder, batch_size=args.batch_size, device=args.device,
+    written = write_blocks(store, tokens, embedder, batch_size=args.batch_size, device=args.device,
                            shard=args.shard or 0, num_shards=args.num_shards or 1)
     if sharded:
+        work = f" --work {args.work}" if args.work else ""
         print(f"elf embed: shard {args.shard}/{args.num_shards} wrote {written} blocks; after every shard, "
-              f"run `elf embed --finalize --out {args.out}`")
+              f"run `elf embed --finalize{work} --out {args.out} --num-shards {args.num_shards}`")
         return
-    _report(args.out, finalize_store(args.out))
+    _finish(args)
+
+
+def _finish(args) -> None:
+    """Finalize the store (at --work if given, then renamed to --out) and print its statistics."""
+    from elf.embed.store import finalize_store, open_store
+
+    if args.work and not Path(args.work).exists() and Path(args.out).exists():
+        stats = open_store(args.out).stats  # finished by an earlier call: nothing left to do
+    else:
+        stats = finalize_store(args.work or args.out, num_shards=args.num_shards)
+        if args.work:
+            if Path(args.out).exists():
+                raise ElfError(f"--out {args.out} already exists; delete it to replace it by the "
+                               f"finished store at --work {args.work}")
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(args.work, args.out)  # same file system: atomic
+    _report(args.out, stats)
 
 
 def _parse_settings(text: str) -> EmbeddingSettings:

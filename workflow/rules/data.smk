@@ -37,7 +37,9 @@ rule tokenizer:
 
 
 rule prepare:
-    """Tokenise (no added special tokens) and pack one dataset into fixed-length sequences."""
+    """Tokenise (no added special tokens) and pack one dataset into fixed-length sequences, the train
+    split in `prepare_shards` shards packed by up to that many processes (resumable: finished shards
+    are kept in <tokens>.parts and skipped by a retry)."""
     conda:
         ENV
     input:
@@ -46,15 +48,16 @@ rule prepare:
         corpora=lambda w: corpora_input(w.dataset),
     output:
         directory(f"{R}/data/{{dataset}}/tokens"),
+    threads: lambda w: EXP.datasets[w.dataset].prepare_shards
     params:
-        settings=lambda w: as_json(EXP.datasets[w.dataset]),
+        settings=lambda w: as_json(dataset_settings(w.dataset)),
         raw=lambda w: f"--raw-root {R}/data/corpora" if EXP.datasets[w.dataset].source == "embedded" else "",
         tokenizer=TOKENIZER,
     log:
         f"{R}/logs/prepare/{{dataset}}.log",
     shell:
         "elf prepare --settings {params.settings:q} --tokenizer {params.tokenizer} {params.raw} "
-        "--out {output} 2> {log}"
+        "--num-proc {threads} --out {output} 2> {log}"
 
 
 rule encoder:
