@@ -57,3 +57,30 @@ def test_snakemake_stops_before_any_rule_on_a_bad_config(tmp_path):
     assert proc.returncode != 0
     assert "samplers.sde8.gamma" in proc.stderr + proc.stdout and "-1.0" in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_paper_two_stage_runs_name_the_decoder_of_their_embedding_width():
+    """F11: R15–R23 are denoisers only, decoded by the separate decoder trained on their embedding
+    (R11: t5-small 512, R13: t5-base 768, R14: t5-large 1024), like R12 for F5b."""
+    exp = parse_experiment(yaml.safe_load((ROOT / "config" / "paper.yaml").read_text()))
+    width_of = {"encoder": 512, "t5base": 768, "t5large": 1024}
+    expected = {512: "R11", 768: "R13", 1024: "R14"}
+    for name, dec in exp.decoders.items():
+        assert dec.width == width_of[dec.embedding] and expected[dec.width] == name
+    for number in range(15, 24):
+        run = exp.run(f"R{number}")
+        width = width_of[run.embedding]
+        assert run.decoder == expected[width], run
+        assert (run.model.decode_head, run.objective.decode_prob) == (False, 0.0)
+        assert (run.model.conditioning, run.model.bottleneck) == ("adaln", width)
+    assert [exp.run(f"R{n}").model.prediction for n in range(15, 24)] == ["x", "v", "eps"] * 3
+    assert exp.run("R12").decoder == "R11"
+
+
+def test_learned_embedding_run_r10_is_in_the_embedding_figure():
+    for name, run_name in (("paper.yaml", "R10"), ("config.yaml", "emb_learned")):
+        exp = parse_experiment(yaml.safe_load((ROOT / "config" / name).read_text()))
+        run = exp.run(run_name)
+        emb = exp.embeddings[run.embedding]
+        assert (run.paper_run, emb.kind, emb.cache, emb.normalization) == ("R10", "learned", False, "fixed")
+        assert run.model.decode_head and run_name in exp.figures["F5a"].runs

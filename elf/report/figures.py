@@ -12,7 +12,10 @@ Forms (inventory ``figures_and_tables.md`` §1):
   F9c, F11 (a panel per embedding width), F12–F15 (ODE and SDE panels); F16b labels points by γ;
 - steps curves, Gen. PPL against steps (log2 x), entropy labels at points: F5c, F7a, F7b, F9a, F16a;
   F7b/F9a add the distilled baselines of the paper's Table 4 as reference series;
-- F17: input CFG against BLEU (De-En) and against ROUGE-L (XSum), two panels.
+- F17: input CFG against BLEU (De-En) and against ROUGE-L (XSum), two panels;
+- bars: F1 (teaser: our 32-step SDE Gen. PPL beside the paper's; its baselines are not stated),
+  F7c and F9b (training tokens, base training + distillation rounds stacked: ours from the runs'
+  config.json / tokens.json, the paper's from its Table 8, in two panels; CSV in tokens).
 Poor-quality regions (entropy < 5 or Gen. PPL > 300) are shaded as in the paper; the "Dataset" line
 (real held-out text) is drawn where the paper has one.
 
@@ -35,8 +38,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from elf.io import atomic_path  # noqa: E402
-from elf.report.loading import (ALL_SAMPLER_COLUMNS, SAMPLER_COLUMNS,  # noqa: E402
-                                baseline_points, match_paper, reported_se)
+from elf.report.loading import (ALL_SAMPLER_COLUMNS, BILLION, SAMPLER_COLUMNS,  # noqa: E402
+                                TokenBar, baseline_points, match_paper, our_token_bars,
+                                paper_pd_tokens, paper_token_bar, paper_tokens, reported_se)
 
 POOR_ENTROPY = 5.0   # paper: entropy < 5 is repetitive
 POOR_PPL = 300.0     # paper: Gen. PPL > 300 is ungrammatical
@@ -59,6 +63,8 @@ class FigureInputs:
     frame: pd.DataFrame
     points: pd.DataFrame
     dataset_scores: dict[str, dict] = field(default_factory=dict)
+    runs_meta: dict[str, dict] = field(default_factory=dict)  # ``loading.load_runs_meta``
+    paper_values: dict = field(default_factory=dict)          # the paper-values YAML
 
 
 class Recorder:
@@ -540,6 +546,166 @@ def figure_F17(inputs: FigureInputs):
     return fig, rec.frame()
 
 
+# --------------------------------------------------------------------------------------------------
+# Bar figures: the teaser (F1) and the training-token bars (F7c, F9b)
+# --------------------------------------------------------------------------------------------------
+
+F1_BASELINES_NOT_STATED = (
+    "Baseline bars of the paper's teaser (MDLM, Duo, FLM at 1024 steps without distillation; "
+    "MDLM+SDTT, Duo+DCD, FMLM at 32 steps; LangFlow at 1024 steps): values not stated in the "
+    "paper, so not drawn.")
+OURS_COLOR, PAPER_BAR_COLOR, DISTILL_COLORS = "C0", "0.55", ("C2", "C1", "C4", "C3", "C5", "C6")
+
+
+def paper_t9_point(points: pd.DataFrame, steps: int) -> dict:
+    """The paper's Table 9 Gen. PPL (and SE) of ELF-B at ``steps`` SDE steps ({} if absent)."""
+    if points.empty:
+        return {}
+    rows = points[(points["src"] == "T9") & (points["metric"] == "gen_ppl")
+                  & (points["steps"] == steps)]
+    return rows.iloc[0].to_dict() if not rows.empty else {}
+
+
+def figure_F1(inputs: FigureInputs):
+    """Teaser bars (paper Fig. 1): ELF's Gen. PPL at 32 SDE steps without distillation, ours (one bar
+    per run and sampler) beside the paper's (Table 9's 32-step value); baselines are not stated."""
+    fig, (ax,) = new_figure(inputs, 1)
+    rec = Recorder()
+    rows = inputs.frame[inputs.frame["gen_ppl"].notna()] if has(inputs.frame, "gen_ppl") \
+        else inputs.frame.iloc[0:0]
+    names = []
+    for _, row in rows.iterrows():
+        position = len(names)
+        se = reported_se(row, "gen_ppl")
+        ax.bar(position, row["gen_ppl"], yerr=se if math.isfinite(se) else None, capsize=3,
+               color=OURS_COLOR)
+        names.append(f"ELF (ours) [{row['run']}]\n{setting_text('method', row['method'])} "
+                     f"{setting_text('steps', row['steps'])}")
+        rec.add(panel="", series=names[-1].replace("\n", ", "), source="ours", x_name="bar",
+                x=position, y_name="gen_ppl", y=row["gen_ppl"], y_se=se,
+                label=f"{row['gen_ppl']:.2f}", aggregate_path=row.get("aggregate_path"),
+                **{k: row.get(k) for k in ("run", "paper_run", "sampler", *SAMPLER_COLUMNS)})
+    paper = paper_t9_point(inputs.points, 32)
+    if paper:
+        position = len(names)
+        se = finite(paper.get("se"))
+        ax.bar(position, paper["value"], yerr=se if math.isfinite(se) else None, capsize=3,
+               color="none", edgecolor=PAPER_BAR_COLOR, hatch="//")
+        names.append("ELF-B (paper, T9)\nSDE 32 steps")
+        rec.add(panel="", series="ELF-B (paper, T9)", source="paper", paper_run=paper["paper_run"],
+                method=paper["method"], steps=paper["steps"], gamma=paper["gamma"],
+                sc_cfg=paper["sc_cfg"], x_name="bar", x=position, y_name="gen_ppl",
+                y=paper["value"], y_se=se, label=f"{paper['value']:.2f}", paper_point=paper["point"])
+    for position, row in rec.frame().iterrows():
+        ax.annotate(row["label"], (position, row["y"]), textcoords="offset points", xytext=(0, 3),
+                    ha="center", fontsize=7)
+    if names:
+        ax.set_xticks(range(len(names)), names, fontsize=6.5)
+        bar_slots(ax, len(names))
+    else:
+        no_data(ax, "Gen. PPL")
+    ax.set_ylabel(AXIS_NAMES["gen_ppl"])
+    ax.grid(axis="y", alpha=0.3)
+    fig.text(0.5, 0.005, F1_BASELINES_NOT_STATED, ha="center", va="bottom", fontsize=6,
+             wrap=True, color="0.3")
+    fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))  # room for the note under the axes
+    return fig, rec.frame()
+
+
+def bar_slots(ax, n_bars: int, slots: int = 3) -> None:
+    """Room for at least ``slots`` bars, so that one or two bars are not drawn full-width."""
+    pad = max(0.0, (slots - n_bars) / 2)
+    ax.set_xlim(-0.5 - pad, n_bars - 0.5 + pad)
+
+
+def token_text(tokens: float, billions: bool) -> str:
+    if billions:
+        return f"{tokens / BILLION:.1f}B"
+    return f"{tokens:,.0f}"
+
+
+def draw_token_bars(ax, rec: Recorder, panel: str, bars: list[TokenBar], reference: float | None,
+                    billions: bool) -> None:
+    """Stacked bars: base training (solid) with each distillation round (hatched) on top; the total
+    and its ratio to ``reference`` above each bar. The CSV gets one row per segment, in tokens."""
+    scale = BILLION if billions else 1.0
+    legend_done: set[str] = set()
+    for position, bar in enumerate(bars):
+        if bar.base is None:
+            ax.text(position, 0, "no token count", rotation=90, ha="center", va="bottom", fontsize=6)
+            continue
+        segments = [("base training", bar.base)] + list(bar.rounds)
+        bottom = 0.0
+        for index, (name, tokens) in enumerate(segments):
+            key = "Base training" if index == 0 else "Extra distillation" \
+                if bar.source == "paper" else f"Distillation round {index} ({name})"
+            color = (OURS_COLOR if bar.source == "ours" else PAPER_BAR_COLOR) if index == 0 \
+                else DISTILL_COLORS[(index - 1) % len(DISTILL_COLORS)]
+            ax.bar(position, tokens / scale, bottom=bottom / scale, color=color,
+                   hatch=None if index == 0 else "//", edgecolor="white", linewidth=0.5,
+                   label=key if key not in legend_done else "_nolegend_")
+            legend_done.add(key)
+            rec.add(panel=panel, series=bar.label, source=bar.source, run=bar.run, x_name="bar",
+                    x=position, y_name="train_tokens", y=tokens, label=name,
+                    aggregate_path=bar.path)
+            bottom += tokens
+        ratio = bar.ratio(reference)
+        ax.annotate(token_text(bar.total, billions) + (f" ({ratio:.1f}×)" if ratio else ""),
+                    (position, bar.total / scale), textcoords="offset points", xytext=(0, 3),
+                    ha="center", fontsize=6.5)
+    ax.set_xticks(range(len(bars)), [bar.label for bar in bars], fontsize=6.5, rotation=15)
+    bar_slots(ax, len(bars))
+    ax.set_ylabel("Training tokens" + (" (B)" if billions else ""))
+    ax.grid(axis="y", alpha=0.3)
+    if bars:
+        ax.legend(fontsize=6, loc="upper left")
+    else:
+        no_data(ax, "training tokens")
+
+
+def run_label(inputs: FigureInputs, run: str) -> str:
+    meta = inputs.runs_meta[run]
+    return f"ELF+PD [{run}]" if meta.get("tokens") else f"ELF [{run}]"
+
+
+def _token_figure(inputs: FigureInputs, paper_bars: list[TokenBar],
+                  paper_reference: float | None) -> tuple[Figure, pd.DataFrame]:
+    """Ours (tokens, from the runs' metadata) beside the paper's (billions): two panels, since a
+    scaled-down run and the paper differ by orders of magnitude; the ratios compare."""
+    fig, (ours_ax, paper_ax) = new_figure(inputs, 2)
+    rec = Recorder()
+    ours = our_token_bars(inputs.runs_meta, {r: run_label(inputs, r) for r in inputs.runs_meta})
+    reference = ours[0].base if ours else None
+    ours_ax.set_title("(ours: runs' config.json / tokens.json)", fontsize=8)
+    draw_token_bars(ours_ax, rec, "ours", ours, reference, billions=False)
+    paper_ax.set_title("(paper)", fontsize=8)
+    draw_token_bars(paper_ax, rec, "paper", paper_bars, paper_reference, billions=True)
+    return fig, rec.frame()
+
+
+def figure_F7c(inputs: FigureInputs):
+    """Training-token bars, base training and extra distillation (paper Fig. 7c, from Table 8):
+    ours from the runs' metadata, the paper's ELF-B and baselines (ratios × ELF)."""
+    pv = inputs.paper_values
+    paper = [paper_token_bar(pv, "ELF", "ELF-B"),
+             paper_token_bar(pv, "MDLM (+SDTT)", "MDLM", "MDLM+SDTT"),
+             paper_token_bar(pv, "Duo (+DCD)", "Duo", "Duo+DCD"),
+             paper_token_bar(pv, "FLM (FMLM)", "FLM", "FMLM")]
+    return _token_figure(inputs, paper, paper[0].base)
+
+
+def figure_F9b(inputs: FigureInputs):
+    """ELF+PD training tokens (paper Fig. 9b): ours from each distillation chain's tokens.json
+    (teacher + one segment per round), the paper's 90B (2.0× base) and the distilled baselines."""
+    pv = inputs.paper_values
+    elf_base = paper_tokens(pv).get("ELF-B")
+    paper = [paper_token_bar(pv, "ELF+PD", "ELF-B", total=paper_pd_tokens(pv)),
+             paper_token_bar(pv, "MDLM+SDTT", "MDLM", "MDLM+SDTT"),
+             paper_token_bar(pv, "Duo+DCD", "Duo", "Duo+DCD"),
+             paper_token_bar(pv, "FMLM", "FLM", "FMLM")]
+    return _token_figure(inputs, paper, elf_base)
+
+
 def generic_figure(inputs: FigureInputs):
     """Fallback for ids without a registry entry: a frontier if Gen. PPL and entropy exist, else
     the first metric per (run, sampler)."""
@@ -571,6 +737,7 @@ FIGURES: dict[str, Callable[[FigureInputs], tuple[Figure, pd.DataFrame]]] = {
     "F7a": figure_F7a, "F7b": figure_F7b, "F9a": figure_F9a, "F9c": figure_F9c,
     "F11": figure_F11, "F12": figure_F12, "F13": figure_F13, "F14": figure_F14,
     "F15": figure_F15, "F16a": figure_F16a, "F16b": figure_F16b, "F17": figure_F17,
+    "F1": figure_F1, "F7c": figure_F7c, "F9b": figure_F9b,
 }
 
 

@@ -104,7 +104,10 @@ def _id_section(out_dir: Path, figure_id: str, kind: str, title: str) -> list[st
                      f"{agg['sampler']})")
         lines += [f"  - scores `{s.get('path')}`  sha256 {s.get('sha256')}"
                   for s in agg.get("scores", [])]
-    if not record["aggregates"]:
+    for meta in record.get("run_metadata", []):
+        digest = _check(Path(meta["path"]), meta["sha256"], rule)
+        lines.append(f"- run metadata `{meta['path']}`  sha256 {digest} (run {meta['run']})")
+    if not record["aggregates"] and not record.get("run_metadata"):
         lines.append("- (no aggregates: built from the configuration and the paper's values)")
     for ref in record.get("dataset_scores", []):
         lines.append(f"- dataset reference `{ref['path']}`  sha256 {ref['sha256']}")

@@ -5,8 +5,11 @@ that it matches (rule: ``elf.report.loading`` docstring, repeated in the review)
 the difference lies within the combined standard error, ``|ours − paper| ≤ sqrt(se_paper² + se_ours²)``
 (a missing SE counts as 0). ``build_review`` lays out the document: a summary (counts within/outside
 SE), a banner when ``scale == "embedded"`` (a small-scale run on generated corpora, not a replication),
-the comparisons with their aggregate files, the paper values no configured run matches, observed
-qualitative trends (SC-CFG, steps, SDE against ODE), and the settings the paper does not state.
+the comparisons with their aggregate files, the configuration and arithmetic checks of T6/T7/T8
+(``configuration_checks``: model sizes, epochs, D0 hyperparameters and training tokens from the
+runs' config.json / tokens.json — settings, not measurements, kept apart from the comparisons), the
+paper values no configured run matches, observed qualitative trends (SC-CFG, steps, SDE against
+ODE), and the settings the paper does not state.
 ``write_review(doc, out_dir)`` writes ``replication.md`` and ``replication.html`` atomically.
 Run through the stage: ``elf report --review ...`` (see ``elf/stages/report.py``).
 """
@@ -22,8 +25,10 @@ from typing import Any, Iterable
 import pandas as pd
 
 from elf.io import atomic_path
-from elf.report.loading import match_paper, reported_se
-from elf.report.tables import fmt_pm, paper_pm
+from elf.report import tables
+from elf.report.loading import (BILLION, match_paper, our_token_bars, paper_pd_tokens,
+                                paper_tokens, reported_se)
+from elf.report.tables import DASH, fmt_pm, paper_pm
 
 MATCHING_RULE = [
     "the paper's model maps to the run's `paper_run` (T1 ELF-B De-En → R04, XSum → R05; T9 ELF-B → "
@@ -215,6 +220,90 @@ def qualitative_trends(frame: pd.DataFrame) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------
+# Configuration and arithmetic checks (T6, T7, T8): settings and token counts, not measurements
+# --------------------------------------------------------------------------------------------------
+
+CHECKED_IDS = ("T6", "T7", "T8")
+CHECK_COLUMNS = ["src", "kind", "item", "run", "paper", "ours", "same", "source"]
+CHECKS_TEXT = ("The paper's configuration tables beside ours: model sizes and epochs (T6), default "
+               "hyperparameters (T7) and training tokens (T8), from each run's config.json / "
+               "tokens.json. These are settings and arithmetic, not measurements: 'same' means equal "
+               "(parameter counts and epochs within 1%, tokens within the paper's rounding to 0.1B), "
+               "and they are not counted with the comparisons above.")
+PARAMS_TOLERANCE = 0.01    # relative: the paper prints whole millions (342M for our 342.55M)
+TOKENS_TOLERANCE = 0.05e9  # absolute: the paper prints tokens to 0.1B
+
+
+def _check(src: str, kind: str, item: str, run: str, paper: Any, ours: Any, same: str,
+           source: str) -> dict:
+    return dict(zip(CHECK_COLUMNS, (src, kind, item, run, str(paper), str(ours), same, source)))
+
+
+def _t6_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
+    entries = {e["model"]: e for e in (paper_values.get("table_6") or {}).get("entries", [])}
+    out = []
+    for model, entry in entries.items():
+        params = tables.paper_dims_params(model)
+        same = tables.same_setting(entry["params"], params, PARAMS_TOLERANCE)
+        out.append(_check("T6", "arithmetic", f"{model} parameters, our network at the paper's dims",
+                          DASH, entry["params"], tables.count_text(params), same, "elf.model"))
+    for run, meta in runs_meta.items():
+        record = tables.run_model_record(run, meta)
+        entry = entries.get(record["paper_model"])
+        if entry is None:
+            continue
+        out.append(_check("T6", "configuration", f"{entry['model']} parameters", run,
+                          entry["params"], tables.count_text(record["params"]),
+                          tables.same_setting(entry["params"], record["params"], PARAMS_TOLERANCE),
+                          record["path"]))
+        epochs = record["epochs"]
+        out.append(_check("T6", "configuration", f"{entry['model']} training epochs", run,
+                          entry["owt_epochs"], DASH if epochs is None else f"{epochs:.2f}",
+                          tables.same_setting(entry["owt_epochs"], epochs, 0.01), record["path"]))
+    return out
+
+
+def _t7_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
+    table_7 = paper_values.get("table_7") or {}
+    out = []
+    for run, meta in runs_meta.items():
+        for item in tables.d0_items(meta["config"], table_7):
+            if item["same"] != DASH:
+                out.append(_check("T7", "configuration", item["name"], run,
+                                  tables.setting_cell(item["paper"]),
+                                  tables.setting_cell(item["ours"]), item["same"],
+                                  meta["config_path"]))
+    return out
+
+
+def _t8_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
+    elf_tokens = paper_tokens(paper_values).get("ELF-B")
+    pd_tokens = paper_pd_tokens(paper_values)
+    out = []
+    for bar in our_token_bars(runs_meta):
+        paper = pd_tokens if bar.rounds else elf_tokens
+        if paper is None or bar.total is None:
+            continue
+        name = "ELF-B+PD (v2 Fig. 9b)" if bar.rounds else "ELF-B"
+        out.append(_check("T8", "arithmetic", f"{name} training tokens (B)", bar.run,
+                          f"{paper / BILLION:.1f}", tables.tokens_b(bar.total),
+                          tables.same_setting(paper, bar.total, TOKENS_TOLERANCE), bar.path))
+    return out
+
+
+def configuration_checks(runs_meta_by_id: dict[str, dict[str, dict]],
+                         paper_values: dict) -> pd.DataFrame:
+    """One row per paper setting of T6/T7/T8 with a counterpart here (``CHECK_COLUMNS``), for the
+    ids present in ``runs_meta_by_id`` (id → ``load_runs_meta`` of its runs)."""
+    builders = {"T6": _t6_checks, "T7": _t7_checks, "T8": _t8_checks}
+    rows = []
+    for figure_id, runs_meta in runs_meta_by_id.items():
+        if figure_id in builders:
+            rows += builders[figure_id](runs_meta, paper_values)
+    return pd.DataFrame(rows, columns=CHECK_COLUMNS)
+
+
+# --------------------------------------------------------------------------------------------------
 # The document
 # --------------------------------------------------------------------------------------------------
 
@@ -237,8 +326,11 @@ def _num(value: Any, digits: int = 2) -> str:
 
 def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: list[str],
                  scale: str, unstated_settings: Iterable[str] = (),
-                 baseline_count: int = 0) -> Document:
-    """Lay out the replication review (see module docstring)."""
+                 baseline_count: int = 0, config_checks: pd.DataFrame | None = None) -> Document:
+    """Lay out the replication review (see module docstring); ``config_checks``: the rows of
+    ``configuration_checks`` (a section of their own, apart from the measured comparisons)."""
+    checks = config_checks if config_checks is not None else pd.DataFrame(columns=CHECK_COLUMNS)
+    same = int((checks["same"] == "yes").sum())
     doc = Document()
     doc.add("h1", "Replication review: ELF (arXiv 2605.10938)")
     if scale == "embedded":
@@ -250,7 +342,9 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: l
                    f"Paper values compared: {n}; within combined SE: {inside}; outside: {n - inside}.",
                    f"Paper values of our paper runs with no matching run/sampler in this "
                    f"configuration: {len(not_matched)}.",
-                   f"Paper values of baselines and literature (no run of ours): {baseline_count}."])
+                   f"Paper values of baselines and literature (no run of ours): {baseline_count}.",
+                   f"Configuration and arithmetic checks (T6/T7/T8; not measurements): "
+                   f"{len(checks)}; same: {same}; different: {len(checks) - same}."])
     if n:
         per_src = [f"{src}: {int(g['within_se'].sum())} of {len(g)} within SE"
                    for src, g in comparisons.groupby("src", sort=False)]
@@ -271,6 +365,15 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: l
         doc.add("table", header, rows)
     else:
         doc.add("p", "No paper value matches this configuration's runs and samplers.")
+    doc.add("h2", "Configuration and arithmetic checks (not measurements)")
+    doc.add("p", CHECKS_TEXT)
+    if checks.empty:
+        doc.add("p", "None: the configuration lists no T6/T7/T8 runs.")
+    else:
+        doc.add("table", ["Paper", "Kind", "Item", "Run", "Paper value", "Ours", "Same",
+                          "Provenance"],
+                [[c["src"], c["kind"], c["item"], c["run"], c["paper"], c["ours"], c["same"],
+                  c["source"]] for _, c in checks.iterrows()])
     doc.add("h2", "Paper values not matched by this configuration")
     if not_matched.empty:
         doc.add("p", "None.")
@@ -331,7 +434,8 @@ def to_html(doc: Document) -> str:
         elif kind == "table":
             header, rows = body
             out.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
-            within = header.index("Within SE") if "Within SE" in header else None
+            verdict = [h for h in ("Within SE", "Same") if h in header]
+            within = header.index(verdict[0]) if verdict else None
             for row in rows:
                 css = "" if within is None else (" class='in'" if row[within] == "yes"
                                                  else " class='out'")

@@ -7,15 +7,19 @@ the aggregate has one; T1 prefers per-example SEs as the paper's XSum column doe
 an id with no registry entry gets ``generic_table`` (every row with its metrics and matched paper
 values), so a new id in the config never crashes the report.
 
-Tables (inventory ``figures_and_tables.md`` §2): T1 BLEU/ROUGE with the paper's baselines, T3 the
-distillation curriculum from our run settings, T4 ELF+PD against the paper's distilled baselines,
-T5 distillation round × steps, T9 mean ± SE over seeds, T10 the scaling grid.
+Tables (inventory ``figures_and_tables.md`` §2): T1 BLEU/ROUGE with the paper's baselines, T2 the
+paper's survey (as it is), T3 the distillation curriculum from our run settings, T4 ELF+PD against
+the paper's distilled baselines, T5 distillation round × steps, T6 model configurations (our
+networks' parameter counts and epochs from the runs' config.json), T7 the D0 hyperparameters beside
+a run's, T8 training tokens (batch × steps × L from config.json; distillation from tokens.json),
+T9 mean ± SE over seeds, T10 the scaling grid, T11 the paper's baseline settings (the paper's only).
 Run through the stage: ``elf report --figure T9 ...`` (see ``elf/stages/report.py``).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +29,8 @@ import pandas as pd
 
 from elf.config import Experiment
 from elf.io import atomic_path
-from elf.report.loading import match_paper, pair_metrics, reported_se
+from elf.report.loading import (BILLION, match_paper, our_token_bars, pair_metrics,
+                                paper_pd_tokens, reported_se, run_epochs, trained_tokens)
 
 DEGENERATE_ENTROPY = 5.0  # paper T5 stars cells with entropy < 5
 DASH = "–"
@@ -40,6 +45,7 @@ class TableInputs:
     points: pd.DataFrame
     exp: Experiment | None = None
     paper_values: dict = field(default_factory=dict)
+    runs_meta: dict[str, dict] = field(default_factory=dict)  # ``loading.load_runs_meta``
 
 
 @dataclass
@@ -82,7 +88,8 @@ class Table:
 LATEX_SPECIAL = {"\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", "$": "\\$", "#": "\\#",
                  "_": "\\_", "{": "\\{", "}": "\\}", "~": "\\textasciitilde{}",
                  "^": "\\textasciicircum{}", "±": "$\\pm$", "γ": "$\\gamma$", "ε": "$\\varepsilon$",
-                 "×": "$\\times$", DASH: "--", "→": "$\\to$"}
+                 "×": "$\\times$", DASH: "--", "→": "$\\to$", "✓": "$\\checkmark$",
+                 "≈": "$\\approx$"}
 
 
 def latex_escape(text: Any) -> str:
@@ -398,6 +405,375 @@ def table_T10(inputs: TableInputs) -> Table:
     return Table("T10", inputs.title, header, rows, notes + provenance_note(frame))
 
 
+# --------------------------------------------------------------------------------------------------
+# Configuration tables: the paper's settings beside the runs' metadata (config.json, tokens.json)
+# --------------------------------------------------------------------------------------------------
+
+T2_HEADER = {"method": "Method", "process": "Process", "state": "State",
+             "train_per_step_discr": "Train per-step discr.",
+             "infer_per_step_discr": "Inference per-step discr.", "sep_decoder": "Separate decoder"}
+
+
+def survey_cell(value: Any) -> str:
+    """A Table 2 cell as the paper prints it: ✓ for yes, blank for no (YAML reads yes/no as bool)."""
+    if isinstance(value, bool):
+        return "✓" if value else ""
+    return str(value)
+
+
+def table_T2(inputs: TableInputs) -> Table:
+    """The paper's survey of continuous diffusion/flow LMs (categorical), its rows as they are."""
+    section = inputs.paper_values.get("table_2") or {}
+    columns = section.get("columns", [])
+    header = [T2_HEADER.get(c, c) for c in columns]
+    rows = [[survey_cell(v) for v in row] for row in section.get("rows", [])]
+    notes = [section.get("caption", ""), "✓ = yes, blank = no. " + section.get("note", ""),
+             "Paper: Table 2, pp. 17–18 (v2); a survey, nothing here is measured. ELF's row is the "
+             "paper's description of the method this pipeline implements."]
+    return Table("T2", inputs.title, header, rows, [n for n in notes if n])
+
+
+PAPER_SIZE_OF_RUN = {"R01": "ELF-B", "R02": "ELF-M", "R03": "ELF-L"}  # paper Table 6 rows
+
+
+def network_params(model_fields: dict) -> int:
+    """Parameters of the ELF network with these ``ModelConfig`` fields, counted on a network built on
+    the meta device (no memory, no initialisation)."""
+    import torch
+
+    from elf.model import ELF, ModelConfig
+
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    cfg = ModelConfig(**{k: v for k, v in model_fields.items() if k in known})
+    with torch.device("meta"):
+        network = ELF(cfg)
+    return sum(p.numel() for p in network.parameters())
+
+
+def paper_dims_params(size: str) -> int:
+    """Our network's parameters at a paper size (``elf.model.SIZES``) and the paper's data dims:
+    ``ModelConfig`` defaults (T5-small d=512, vocab 32128, L=1024, bottleneck 128, in-context)."""
+    from elf.model import SIZES
+
+    return network_params(SIZES[size])
+
+
+def paper_count(text: Any) -> float:
+    """``"105M"`` → 105e6 (NaN when unreadable)."""
+    units = {"K": 1e3, "M": 1e6, "B": 1e9}
+    text = str(text).strip()
+    try:
+        return float(text[:-1]) * units[text[-1]] if text[-1:] in units else float(text)
+    except ValueError:
+        return math.nan
+
+
+def count_text(n: Any) -> str:
+    """A parameter count as ``104.6M (104,594,304)``."""
+    return f"{n / 1e6:.1f}M ({int(n):,})" if _finite(n) else DASH
+
+
+def paper_model_of(config: dict) -> str | None:
+    """The paper's Table 6 row of a run: by its paper run (R01–R03), else by its size name."""
+    run = config.get("run") or {}
+    size = (run.get("model") or {}).get("size")
+    return PAPER_SIZE_OF_RUN.get(run.get("paper_run")) or (size if size in PAPER_SIZE_OF_RUN.values()
+                                                           else None)
+
+
+def run_model_record(run: str, meta: dict) -> dict:
+    """What Table 6 shows of one of our runs, from its ``config.json``."""
+    config = meta["config"]
+    model = config.get("model") or {}
+    return {"run": run, "size": ((config.get("run") or {}).get("model") or {}).get("size"),
+            "paper_model": paper_model_of(config), "depth": model.get("depth"),
+            "width": model.get("width"), "heads": model.get("heads"),
+            "params": network_params(model), "recorded_params": config.get("num_parameters"),
+            "tokens": trained_tokens(config), "epochs": run_epochs(config),
+            "path": meta["config_path"]}
+
+
+def _text(value: Any, fmt: str = "{}") -> str:
+    return DASH if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else fmt.format(value)
+
+
+def table_T6(inputs: TableInputs) -> Table:
+    """Model configurations: the paper's B/M/L, our network at those sizes and the paper's dims
+    (parameter count by construction), and each configured run as trained (its config.json)."""
+    paper = (inputs.paper_values.get("table_6") or {}).get("entries", [])
+    header = ["Model", "Source", "Depth", "Width", "Heads", "Params", "Training tokens", "Epochs"]
+    records = [run_model_record(run, meta) for run, meta in inputs.runs_meta.items()]
+    rows, notes = [], []
+    for entry in paper:
+        model = entry["model"]
+        rows.append([model, "paper (T6)", *(str(entry.get(k, DASH)) for k in
+                                            ("depth", "hidden", "heads", "params")),
+                     DASH, f"{entry.get('owt_epochs', DASH)} (OWT)"])
+        rows.append([model, "our network at the paper's dims", *(str(entry.get(k, DASH)) for k in
+                                                                 ("depth", "hidden", "heads")),
+                     count_text(paper_dims_params(model)), DASH, DASH])
+        rows += [_t6_run_row(r) for r in records if r["paper_model"] == model]
+    rows += [_t6_run_row(r) for r in records if r["paper_model"] not in {e["model"] for e in paper}]
+    for r in records:
+        if r["recorded_params"] is not None and r["recorded_params"] != r["params"]:
+            notes.append(f"{r['run']}: config.json records {r['recorded_params']:,} parameters, "
+                         f"the network built from its model settings has {r['params']:,}.")
+    notes = ["Paper: Table 6, p. 30 (v2). 'Our network at the paper's dims': elf.model with the "
+             "paper's size, d=512 (T5-small), vocabulary 32128, L=1024, bottleneck 128, in-context "
+             "conditioning, counted on the meta device. Our runs: the network of each run's "
+             "config.json; training tokens = steps × batch × L; epochs = training tokens ÷ the "
+             "train store's tokens."] + notes + _metadata_note(records)
+    return Table("T6", inputs.title, header, rows, notes)
+
+
+def _t6_run_row(record: dict) -> list[str]:
+    return [f"{record['size']} [{record['run']}]", "ours", _text(record["depth"]),
+            _text(record["width"]), _text(record["heads"]), count_text(record["params"]),
+            _text(record["tokens"], "{:,}"), _text(record["epochs"], "{:.2f}")]
+
+
+def _metadata_note(records: list[dict]) -> list[str]:
+    paths = [r["path"] for r in records]
+    return ["Run metadata: " + ", ".join(paths) + "."] if paths else \
+        ["No runs: the configuration lists none for this table."]
+
+
+# Table 7 (D0) items: (group, paper key, shown name, our value from config.json, tolerance).
+# A tolerance of None means the two are not comparable (only shown); 0 means equal as text/number.
+def _lr(config: dict) -> float:
+    run = config["run"]
+    return run["optim"]["blr"] * run["budget"]["batch_size"] / 256  # elf.train.optim.lr_at
+
+
+def _warmup_epochs(config: dict) -> float | None:
+    run, epochs, tokens = config["run"], run_epochs(config), trained_tokens(config)
+    if epochs is None or not tokens:
+        return None
+    return run["optim"]["warmup_steps"] / run["budget"]["steps"] * epochs
+
+
+def _embedding_text(config: dict) -> str:
+    emb = config.get("embedding") or {}
+    return f"{emb.get('kind')} '{emb.get('encoder')}' (frozen)"
+
+
+def _model(key: str) -> Callable[[dict], Any]:
+    return lambda config: config["model"][key]
+
+
+def _objective(key: str) -> Callable[[dict], Any]:
+    return lambda config: config["run"]["objective"][key]
+
+
+def _optim(key: str) -> Callable[[dict], Any]:
+    return lambda config: config["run"]["optim"][key]
+
+
+def _constant(value: Any) -> Callable[[dict], Any]:
+    return lambda config: value
+
+
+ARCH, NOISE, GUIDE, OPT = ("model_architecture", "denoising_and_decoding",
+                           "conditioning_and_guidance", "optimization")
+D0_ITEMS: list[tuple[str, str, str, Callable[[dict], Any], float | None]] = [
+    (ARCH, "model", "Model", lambda c: c["run"]["model"]["size"], 0),
+    (ARCH, "model_size", "Parameters", lambda c: network_params(c["model"]), 0.01),
+    (ARCH, "encoder_backbone", "Encoder", _embedding_text, None),
+    (ARCH, "embedding_dim", "Embedding dim d", _model("d"), 0),
+    (ARCH, "bottleneck_dim", "Bottleneck", _model("bottleneck"), 0),
+    (ARCH, "model_dim", "Model width", _model("width"), 0),
+    (ARCH, "sequence_length", "Sequence length L", _model("max_length"), 0),
+    # elf.flow.paths always draws t logit-normal (spec §4)
+    (NOISE, "time_schedule", "Time schedule", _constant("logit_normal"), 0),
+    (NOISE, "denoiser_p_mean", "Denoiser t mean", _objective("t_mean"), 0),
+    (NOISE, "denoiser_p_std", "Denoiser t std", _objective("t_std"), 0),
+    (NOISE, "denoiser_noise_scale", "Denoiser noise scale", _objective("noise_scale"), 0),
+    (NOISE, "decoder_p_mean", "Decoder p mean", _objective("decode_lambda_mean"), 0),
+    (NOISE, "decoder_p_std", "Decoder p std", _objective("decode_lambda_std"), 0),
+    (NOISE, "decoder_noise_scale", "Decoder noise scale", _objective("decode_noise_scale"), 0),
+    (NOISE, "denoiser_vs_decoder_prob", "Denoise / decode probability",
+     lambda c: [round(1 - c["run"]["objective"]["decode_prob"], 12),
+                c["run"]["objective"]["decode_prob"]], 0),
+    (GUIDE, "self_cond_prob", "Self-conditioning probability", _objective("self_cond_prob"), 0),
+    (GUIDE, "sc_cfg_train_range", "Training SC-CFG range",
+     lambda c: [c["run"]["objective"]["sc_cfg_min"], c["run"]["objective"]["sc_cfg_max"]], 0),
+    (GUIDE, "sc_cfg_train_distribution", "Training SC-CFG distribution",
+     _constant("log-uniform in 1 + w (denser at small w)"), None),  # elf.flow.paths.sc_cfg_scale
+    (GUIDE, "n_time_tokens", "Time tokens", _model("num_time_tokens"), 0),
+    (GUIDE, "n_cfg_tokens", "SC-CFG tokens", _model("num_cfg_tokens"), 0),
+    (GUIDE, "n_mode_tokens", "Mode tokens", _model("num_mode_tokens"), 0),
+    (OPT, "optimizer", "Optimiser", _optim("name"), 0),
+    (OPT, "learning_rate", "Learning rate (blr × batch / 256)", _lr, 0),
+    (OPT, "weight_decay", "Weight decay", _optim("weight_decay"), 0),
+    (OPT, "epochs", "Epochs", run_epochs, 0.01),
+    (OPT, "global_batch_size", "Global batch", lambda c: c["run"]["budget"]["batch_size"], 0),
+    (OPT, "lr_schedule", "LR schedule", _constant("constant"), 0),  # after warm-up (lr_at)
+    (OPT, "warmup_epochs", "Warm-up (epochs)", _warmup_epochs, 0.01),
+    (OPT, "ema_decay", "EMA decay", _optim("ema_decay"), 0),
+]
+D0_GROUPS = {ARCH: "Architecture", NOISE: "Denoising / decoding", GUIDE: "Conditioning / guidance",
+             OPT: "Optimisation"}
+
+
+def same_setting(paper: Any, ours: Any, tolerance: float | None) -> str:
+    """``yes``/``no`` for comparable settings, a dash otherwise. Numbers: equal within ``tolerance``
+    (relative when 0 < tolerance < 1, else absolute; ``"105M"`` reads as 105e6); text: equal up to
+    case and -/_."""
+    if tolerance is None or paper is None or ours is None:
+        return DASH
+    if isinstance(paper, (list, tuple)) or isinstance(ours, (list, tuple)):
+        if not isinstance(paper, (list, tuple)) or not isinstance(ours, (list, tuple)) \
+                or len(paper) != len(ours):
+            return "no"
+        return "yes" if all(same_setting(p, o, tolerance) == "yes"
+                            for p, o in zip(paper, ours)) else "no"
+    if isinstance(paper, str) and not _finite(paper_count(paper)):
+        return "yes" if paper.replace("-", "_").lower() == str(ours).replace("-", "_").lower() \
+            else "no"
+    theirs = paper_count(paper) if isinstance(paper, str) else float(paper)
+    if not _finite(theirs) or not _finite(ours):
+        return "no"
+    bound = tolerance * abs(theirs) if 0 < tolerance < 1 else tolerance
+    return "yes" if abs(float(ours) - theirs) <= bound + 1e-12 * max(1.0, abs(theirs)) else "no"
+
+
+def d0_items(config: dict, table_7: dict) -> list[dict]:
+    """Table 7's hyperparameters with ours (one run's config.json) and whether they are the same."""
+    items = []
+    for group, key, name, ours_of, tolerance in D0_ITEMS:
+        paper = (table_7.get(group) or {}).get(key)
+        try:
+            ours = ours_of(config)
+        except (KeyError, TypeError):
+            ours = None
+        items.append({"group": D0_GROUPS[group], "key": key, "name": name, "paper": paper,
+                      "ours": ours, "same": same_setting(paper, ours, tolerance)})
+    return items
+
+
+def setting_cell(value: Any) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, (list, tuple)):
+        return " / ".join(setting_cell(v) for v in value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10000:
+        return f"{value:,}"
+    return str(value)
+
+
+def table_T7(inputs: TableInputs) -> Table:
+    """Default hyperparameters D0: the paper's Table 7 beside each configured run's (config.json)."""
+    table_7 = inputs.paper_values.get("table_7") or {}
+    runs = list(inputs.runs_meta)
+    header = ["Group", "Hyperparameter", "Paper (D0)"] + \
+        [c for run in runs for c in (f"Ours [{run}]", "Same")]
+    per_run = [d0_items(inputs.runs_meta[run]["config"], table_7) for run in runs]
+    rows = []
+    for position, (group, key, name, _, _) in enumerate(D0_ITEMS):
+        cells = [D0_GROUPS[group], name, setting_cell((table_7.get(group) or {}).get(key))]
+        for items in per_run:
+            cells += [setting_cell(items[position]["ours"]), items[position]["same"]]
+        rows.append(cells)
+    notes = ["Paper: Table 7, p. 30 (v2), the defaults every run follows unless noted. Ours: each "
+             "run's config.json (the settings it trained with); learning rate = blr × batch / 256 "
+             "(elf.train.optim); epochs = training tokens ÷ the train store's tokens. Same: equal "
+             "settings (a configuration comparison, not a measurement); – = not comparable."]
+    records = [{"path": inputs.runs_meta[r]["config_path"]} for r in runs]
+    return Table("T7", inputs.title, header, rows, notes + _metadata_note(records))
+
+
+T8_PD_LABEL = "ELF-B+PD"
+
+
+def tokens_b(tokens: Any) -> str:
+    """Tokens in billions as the paper prints them (three significant figures for tiny runs)."""
+    if not _finite(tokens):
+        return DASH
+    value = float(tokens) / BILLION
+    return f"{value:.1f}" if value >= 1 else f"{value:.3g}"
+
+
+def _base_formula(meta: dict) -> str:
+    config = meta["config"]
+    budget = (config.get("run") or {}).get("budget") or {}
+    length = (config.get("model") or {}).get("max_length")
+    if trained_tokens(config) is None:
+        return DASH
+    return f"{budget['batch_size']} × {budget['steps']:,} × {length}"
+
+
+def table_T8(inputs: TableInputs) -> Table:
+    """Effective training tokens: the paper's Table 8 and ours from the runs' metadata (config.json:
+    batch × steps × L; distillation rounds: tokens.json), each with its ratio to ELF."""
+    section = inputs.paper_values.get("table_8") or {}
+    header = ["Model", "Base (batch × steps × L)", "Distillation", "Tokens", "Tokens (B)", "× ELF",
+              "Source"]
+    rows = []
+    for entry in section.get("entries", []):
+        rows.append([entry["model"], str(entry.get("base") or DASH),
+                     str(entry.get("distill") or DASH), DASH, f"{float(entry['value']):.1f}",
+                     f"{float(entry['ratio_vs_elf']):.1f}", "paper (T8)"])
+    bars = our_token_bars(inputs.runs_meta)
+    if any(bar.rounds for bar in bars) and paper_pd_tokens(inputs.paper_values) is not None:
+        extra = section["not_in_table"]
+        rows.append([T8_PD_LABEL, "5 × 9.04B", "PD rounds r1–r5",
+                     DASH, f"{float(extra['ELF-B+PD_train_tokens_B']):.1f}",
+                     f"{float(extra['ELF-B+PD_ratio_vs_ELF']):.1f}", "paper (v2 Fig. 9b)"])
+    reference = next((bar.total for bar in bars if not bar.rounds and bar.total), None)
+    for bar in bars:
+        meta = inputs.runs_meta[bar.run]
+        base = _base_formula(meta) if not bar.rounds else \
+            f"teacher {meta['tokens'].get('teacher')}: {_text(bar.base, '{:,.0f}')}"
+        distill = DASH if not bar.rounds else \
+            f"{len(bar.rounds)} round{'s' * (len(bar.rounds) != 1)}: {bar.distill:,.0f}"
+        ratio = bar.ratio(reference if not bar.rounds else bar.base)
+        rows.append([f"{'ELF+PD' if bar.rounds else 'ELF'} [{bar.run}]", base, distill,
+                     _text(bar.total, "{:,.0f}"), tokens_b(bar.total), _text(ratio, "{:.1f}"),
+                     f"ours ({bar.path})"])
+    notes = ["Paper: Table 8, p. 31 (v2): " + section.get("caption", ""),
+             "Ours: batch × steps × L of each run's config.json; a distilled run adds its rounds "
+             "(tokens.json, written by `elf distill`) to its teacher's tokens. × ELF: against our "
+             "first trained run (a distilled run: against its teacher), as the paper's ratio is "
+             "against ELF-B. Released checkpoints were not trained here (–)."]
+    return Table("T8", inputs.title, header, rows, notes)
+
+
+T11_DATASETS = {"xsum": "XSum", "de_en": "De-En"}
+
+
+def _t11_column(name: str) -> str:
+    model, _, dataset = name.partition("_")
+    return f"{model} ({T11_DATASETS.get(dataset, dataset)})" if dataset else model
+
+
+def _t11_cell(value: Any) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def table_T11(inputs: TableInputs) -> Table:
+    """The paper's settings for its reproduced conditional baselines (Table 11): the paper's values
+    only, since this pipeline trains no baselines."""
+    section = inputs.paper_values.get("table_11") or {}
+    columns = section.get("columns", [])
+    header = ["Setting", *[f"{_t11_column(c)} (paper)" for c in columns]]
+    rows = [[key.replace("_", " ").capitalize(), *[_t11_cell(v) for v in values]]
+            for key, values in section.items()
+            if key != "columns" and isinstance(values, list) and len(values) == len(columns)]
+    notes = ["All values are the paper's (Table 11, p. 32 v2): the authors' reproduced baselines "
+             "B1–B5. This pipeline trains no baselines; nothing in this table is ours.",
+             section.get("note", "")]
+    return Table("T11", inputs.title, header, rows, [n for n in notes if n])
+
+
 def generic_table(inputs: TableInputs) -> Table:
     """Fallback: every (run, sampler) row with its metrics (mean ± SE) and the matched paper values."""
     frame = inputs.frame
@@ -417,8 +793,9 @@ def generic_table(inputs: TableInputs) -> Table:
 
 
 TABLES: dict[str, Callable[[TableInputs], Table]] = {
-    "T1": table_T1, "T3": table_T3, "T4": table_T4, "T5": table_T5, "T9": table_T9,
-    "T10": table_T10,
+    "T1": table_T1, "T2": table_T2, "T3": table_T3, "T4": table_T4, "T5": table_T5,
+    "T6": table_T6, "T7": table_T7, "T8": table_T8, "T9": table_T9, "T10": table_T10,
+    "T11": table_T11,
 }
 
 

@@ -2,17 +2,20 @@
 review and the manifest ``<out>/all``.
 
 Reads ``<aggregates-root>/<run>/<sampler>.json`` (``elf aggregate``), ``<dataset-scores-root>/
-<dataset>.json`` (real-text reference scores, for the "Dataset" lines), the paper's values
-(``config/paper_values.yaml``) and the experiment config. Writes, atomically, under ``--out``
-(default: the config's ``reports``):
+<dataset>.json`` (real-text reference scores, for the "Dataset" lines), ``<runs-root>/<run>/
+config.json`` and ``tokens.json`` (run metadata, for T6/T7/T8/F7c/F9b and the review's configuration
+checks), the paper's values (``config/paper_values.yaml``) and the experiment config. Writes,
+atomically, under ``--out`` (default: the config's ``reports``):
   figures/<id>.png, figures/<id>.csv (plotted numbers), figures/<id>.json (provenance)
   tables/<id>.csv, tables/<id>.md, tables/<id>.tex, tables/<id>.json (provenance)
   replication.md, replication.html, and last ``all`` (the manifest).
 
 Modes (one Snakemake rule per figure/table, one for the review, one for the manifest):
-  elf report --config C --aggregates-root A --dataset-scores-root D --paper-values P --out reports
+  elf report --config C --aggregates-root A --dataset-scores-root D --runs-root RUNS \
+      --paper-values P --out reports
       everything (``--only ID ...`` limits it to some ids);
-  ... --figure F4      only that figure's (or table's) files;
+  ... --figure F4      only that figure's (or table's) files (provenance sidecar: the aggregates,
+                       and for T6/T7/T8/F7c/F9b the run metadata files, with sha256);
   ... --review         only replication.md/.html (from the aggregates);
   ... --manifest       only ``all``, from the already-rendered files.
 """
@@ -26,12 +29,12 @@ from tqdm import tqdm
 
 from elf.cli import ElfError
 from elf.config import ConfigError, Experiment, parse_experiment
-from elf.io import sha256_file
+from elf.io import read_json, sha256_file, write_json
 from elf.report import figures as figures_mod
 from elf.report import manifest, review, tables
-from elf.report.loading import (MissingInputError, all_pairs, figure_frame, figure_pairs,
-                                ids_of_pair, load_dataset_scores, load_paper_values, load_rows,
-                                paper_points)
+from elf.report.loading import (RUN_METADATA_IDS, MissingInputError, all_pairs, figure_frame,
+                                figure_pairs, ids_of_pair, load_dataset_scores, load_paper_values,
+                                load_rows, load_runs_meta, metadata_entries, paper_points)
 
 
 def register(subparsers) -> None:
@@ -43,6 +46,9 @@ def register(subparsers) -> None:
     parser.add_argument("--aggregates-root", help="folder of <run>/<sampler>.json aggregates")
     parser.add_argument("--dataset-scores-root", help="folder of <dataset>.json reference scores "
                         "(Dataset lines; omitted: no Dataset line)")
+    parser.add_argument("--runs-root", help="folder of <run>/config.json (and tokens.json) run "
+                        "metadata, for the configuration tables and token bars "
+                        f"({', '.join(RUN_METADATA_IDS)})")
     parser.add_argument("--paper-values", default="config/paper_values.yaml",
                         help="the paper's values (default: config/paper_values.yaml)")
     parser.add_argument("--out", help="report root (default: the config's `reports`)")
@@ -97,10 +103,21 @@ def _need_aggregates(args) -> Path:
     return Path(args.aggregates_root)
 
 
+def runs_meta_of(exp: Experiment, figure_id: str, args) -> dict[str, dict]:
+    """The run metadata an id reads (``RUN_METADATA_IDS``; {} for the others)."""
+    if figure_id not in RUN_METADATA_IDS:
+        return {}
+    if not args.runs_root:
+        raise ElfError(f"--runs-root is required to render {figure_id} (it reads the runs' "
+                       "config.json / tokens.json)")
+    return load_runs_meta(args.runs_root, exp.figures[figure_id].runs)
+
+
 def render_id(exp: Experiment, figure_id: str, args, out: Path) -> list[Path]:
     """Write one figure's or table's files and its provenance sidecar."""
     settings = exp.figures[figure_id]
     frame = figure_frame(exp, figure_id, _need_aggregates(args))
+    runs_meta = runs_meta_of(exp, figure_id, args)
     paper_values = load_paper_values(args.paper_values)
     points = paper_points(paper_values)
     scores = {}
@@ -108,14 +125,18 @@ def render_id(exp: Experiment, figure_id: str, args, out: Path) -> list[Path]:
         if figure_id in figures_mod.DATASET_LINE_IDS and not frame.empty:
             unconditional = frame[frame["task"] == "unconditional"]
             scores = load_dataset_scores(args.dataset_scores_root, unconditional["dataset"])
-        inputs = figures_mod.FigureInputs(figure_id, settings.title, frame, points, scores)
+        inputs = figures_mod.FigureInputs(figure_id, settings.title, frame, points, scores,
+                                          runs_meta, paper_values)
         files = figures_mod.render_figure(figure_id, inputs, manifest.kind_dir(out, "figure"),
                                           pdf=args.pdf)
     else:
-        inputs = tables.TableInputs(figure_id, settings.title, frame, points, exp, paper_values)
+        inputs = tables.TableInputs(figure_id, settings.title, frame, points, exp, paper_values,
+                                    runs_meta)
         files = tables.render_table(figure_id, inputs, manifest.kind_dir(out, "table"))
-    manifest.write_sidecar(out, figure_id, settings.kind, settings.title, files, frame, scores,
-                           args.paper_values)
+    sidecar = manifest.write_sidecar(out, figure_id, settings.kind, settings.title, files, frame,
+                                     scores, args.paper_values)
+    if runs_meta:  # the run metadata behind the numbers, beside the aggregates
+        write_json(sidecar, {**read_json(sidecar), "run_metadata": metadata_entries(runs_meta)})
     return files
 
 
@@ -124,12 +145,16 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
     pairs = list(dict.fromkeys(p for i in ids for p in figure_pairs(exp, i))) \
         if ids != list(exp.figures) else all_pairs(exp)
     frame = load_rows(exp, pairs, _need_aggregates(args), "review")
-    points = paper_points(load_paper_values(args.paper_values))
+    paper_values = load_paper_values(args.paper_values)
+    points = paper_points(paper_values)
     comparisons = review.compare(frame, points, ids_of_pair(exp))
+    checks = review.configuration_checks(
+        {i: runs_meta_of(exp, i, args) for i in ids if i in review.CHECKED_IDS}, paper_values)
     doc = review.build_review(comparisons, review.unmatched(points, comparisons),
                               review.qualitative_trends(frame), exp.scale,
                               list(exp.unstated) + load_unstated(args.unstated_settings),
-                              baseline_count=int(points["paper_run"].isna().sum()))
+                              baseline_count=int(points["paper_run"].isna().sum()),
+                              config_checks=checks)
     return review.write_review(doc, out)
 
 

@@ -57,9 +57,13 @@ def runs_of_kind(kind):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
+# Every run name: keeps R/scores/_dataset/... out of the per-run rules' wildcards.
+ANY_RUN = "|".join(re.escape(n) for n in EXP.runs) or "(?!)"
+
+
 def train_settings_json(name):
     run = EXP.run(name)
-    return as_json(dict(run=to_dict(run), dataset=to_dict(EXP.datasets[run.dataset]),
+    return as_json(dict(run=to_dict(run), dataset=dataset_settings(run.dataset),
                         embedding=to_dict(EXP.embeddings[run.embedding]), sizes=EXP.sizes))
 
 
@@ -76,6 +80,11 @@ def seeds_of(run, sampler):
     """Evaluation seeds needed for (run, sampler): all if any figure asks for all."""
     wanted = [seeds_for(f) for f in EXP.figures.values() if run in f.runs and sampler in f.samplers]
     return max(wanted, key=len) if wanted else EXP.evaluation.seeds[:1]
+
+
+def seed_files(folder, w, suffix):
+    """The per-seed files of (run, sampler) in ``folder``: seed<k>.<suffix>, space-separated."""
+    return " ".join(f"{folder}/seed{s}.{suffix}" for s in seeds_of(w.run, w.sampler))
 
 
 def figure_files(fid):
@@ -139,7 +148,7 @@ def decoder_store(name):
 
 def decoder_settings_json(name):
     dec = EXP.decoders[name]
-    return as_json(dict(decoder=to_dict(dec), dataset=to_dict(EXP.datasets[dec.dataset]),
+    return as_json(dict(decoder=to_dict(dec), dataset=dataset_settings(dec.dataset),
                         embedding=to_dict(EXP.embeddings[dec.embedding])))
 
 
@@ -228,3 +237,62 @@ def launcher(resources):
     """`elf`, or `torchrun … -m elf` (DDP, one process per GPU) when the job holds several GPUs."""
     gpus = resources.get("gpu", 0)
     return f"torchrun --standalone --nproc_per_node={gpus} -m elf" if gpus > 1 else "elf"
+
+
+# ---- report: run metadata (config.json, tokens.json) of the configuration tables and token bars ----
+
+from elf.report.loading import RUN_METADATA_IDS
+
+
+def run_metadata_for(fid):
+    """The checkpoints whose metadata a figure or table reads (T6/T7/T8/F7c/F9b): each run's
+    ema.safetensors (its rule's output; config.json sits beside it) and, for distillation rounds,
+    tokens.json (an output of the distill rule)."""
+    if fid not in RUN_METADATA_IDS:
+        return []
+    runs = EXP.figures[fid].runs
+    return [f"{R}/runs/{run}/ema.safetensors" for run in runs] + \
+        [f"{R}/runs/{run}/tokens.json" for run in runs if EXP.run(run).kind == "distill"]
+
+
+def report_runs_args():
+    """`elf report` arguments of the report rules, with the runs' metadata root."""
+    return f"{report_args()} --runs-root {R}/runs"
+
+
+# ---- sharded prepare and embed (data.smk, embed.smk) ----
+
+
+def dataset_settings(name):
+    """A dataset's settings as the stages get them: without `embed_shards`, which only schedules
+    embed jobs (the store is the same for any value), so changing it reruns nothing."""
+    from elf.stages.prepare import content_settings
+
+    return content_settings(EXP.datasets[name])
+
+
+def sharded_datasets():
+    """A wildcard regex matching the datasets whose train split is embedded by several jobs."""
+    names = [name for name, data in EXP.datasets.items() if data.embed_shards > 1]
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+def embed_store(w):
+    return f"{R}/embeddings/{w.dataset}/{w.embedding}/{w.split}.zarr"
+
+
+def embed_shard_markers(w):
+    """The done markers of the n shard jobs of one sharded store (n = the dataset's embed_shards)."""
+    n = EXP.datasets[w.dataset].embed_shards
+    return [f"{embed_store(w)}.shards/{k}of{n}.done" for k in range(n)]
+
+
+def embed_encoder_input(embedding):
+    """The encoder folder when the DAG builds it (pretrained encoders load by name)."""
+    source = EXP.encoders[EXP.embeddings[embedding].encoder].source
+    return [embedding_encoder(embedding)] if source == "build" else []
+
+
+def embed_device(resources):
+    """The job's GPU when it holds one (profile resource `gpu`) and CUDA is visible, else the CPU."""
+    return "$(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo cpu)" if resources.get("gpu", 0) else "cpu"

@@ -1,4 +1,5 @@
-# Aggregates → every figure and table (with captions), the replication review and the manifest.
+# Aggregates (and, for T6/T7/T8/F7c/F9b, the runs' config.json / tokens.json) → every figure and
+# table (with captions), the replication review and the manifest.
 # Figures and tables are registered for Snakemake's HTML report (`snakemake --report report.html`):
 # one category per paper section (the figure's `section` setting), the caption from
 # workflow/report/<id>.rst (generic.rst where an id has none).
@@ -17,11 +18,13 @@ rule figure:
     conda:
         ENV
     input:
-        code("report"),
+        code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         aggregates=lambda w: aggregates_for(w.fid),
-        dataset=lambda w: dataset_scores_for(w.fid),
+        # token bars (F7c, F9b) draw no Dataset line
+        dataset=lambda w: [] if w.fid in RUN_METADATA_IDS else dataset_scores_for(w.fid),
+        runs=lambda w: run_metadata_for(w.fid),
     output:
         png=in_report(f"{P}/figures/{{fid}}.png", "PNG"),
         csv=f"{P}/figures/{{fid}}.csv",
@@ -29,7 +32,7 @@ rule figure:
     wildcard_constraints:
         fid=ids_of_kind("figure"),
     params:
-        args=report_args(),
+        args=report_runs_args(),
         caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
@@ -42,10 +45,11 @@ rule table:
     conda:
         ENV
     input:
-        code("report"),
+        code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         aggregates=lambda w: aggregates_for(w.fid),
+        runs=lambda w: run_metadata_for(w.fid),
     output:
         md=in_report(f"{P}/tables/{{fid}}.md", "Markdown"),
         csv=in_report(f"{P}/tables/{{fid}}.csv", "CSV"),
@@ -54,7 +58,7 @@ rule table:
     wildcard_constraints:
         fid=ids_of_kind("table"),
     params:
-        args=report_args(),
+        args=report_runs_args(),
         caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
@@ -67,17 +71,18 @@ rule review:
     conda:
         ENV
     input:
-        code("report"),
+        code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         [aggregates_for(fid) for fid in EXP.figures],
+        [run_metadata_for(fid) for fid in EXP.figures],
         [rendered(fid) for fid in EXP.figures],
     output:
         f"{P}/replication.md",
         report(f"{P}/replication.html", caption="../report/replication.rst",
                category="Replication review", labels={"file": "replication review"}),
     params:
-        args=report_args(),
+        args=report_runs_args(),
     log:
         f"{R}/logs/report/review.log",
     shell:
@@ -95,7 +100,7 @@ rule manifest:
     output:
         f"{P}/all",
     params:
-        args=report_args(),
+        args=report_runs_args(),
     log:
         f"{R}/logs/report/manifest.log",
     shell:
