@@ -24,7 +24,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable, Iterator
 
-import datasets
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -60,6 +59,8 @@ def load_tokenizer(name_or_path: str):
 
 def corpus_texts(corpora_dir: str | Path) -> Iterator[str]:
     """Every text of the embedded corpora's train splits, both languages (owt, wmt, xsum)."""
+    import datasets  # here, not at the top: sampling jobs load a tokenizer and skip this import
+
     root = Path(corpora_dir)
     yield from datasets.load_from_disk(str(root / "owt"))["train"]["text"]
     for pair in datasets.load_from_disk(str(root / "wmt"))["train"]["translation"]:
