@@ -99,6 +99,24 @@ def test_gen_ppl_longest_sample_pays_no_eos(model, tokenizer):
     assert pair["nll_sum"] - alone["nll_sum"] == pytest.approx(eos_nll, rel=1e-4)
 
 
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_per_sample_perplexity_is_each_text_scored_alone_in_its_batch(model, tokenizer, batch_size):
+    result = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, progress=False)
+    per_sample = result["per_sample"]
+    assert len(per_sample) == len(TEXTS) and per_sample[TEXTS.index("")] is None
+    for text, value in zip(TEXTS, per_sample):
+        if text and batch_size == 1:  # alone: the text's own corpus perplexity
+            assert value == pytest.approx(gen_ppl([text], model, tokenizer, batch_size=1,
+                                                  progress=False)["gen_ppl"], rel=1e-5)
+    # the corpus value weights each sample by its counted tokens
+    ids = [hand_ids(t) for t in TEXTS if t]
+    sums, counts = zip(*(reference_nll(model, [i], 1) for i in ids))
+    if batch_size == 1:
+        assert result["nll_sum"] == pytest.approx(sum(sums), rel=1e-5)
+        assert [p for p in per_sample if p is not None] == pytest.approx(
+            [math.exp(s / c) for s, c in zip(sums, counts)], rel=1e-5)
+
+
 def test_empty_samples_are_skipped(model, tokenizer):
     with_empty = gen_ppl(["", "a b c", "", "d e"], model, tokenizer, batch_size=2, progress=False)
     without = gen_ppl(["a b c", "d e"], model, tokenizer, batch_size=2, progress=False)

@@ -120,6 +120,12 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
     assert score["provenance"]["scorer"] == str(scorer_dir)
     assert len(score["provenance"]["scorer_sha256"]) == 64
     assert score["provenance"]["metrics_settings"]["context"] == 32
+    per_sample = score["per_sample"]
+    assert [e["i"] for e in per_sample] == list(range(8))
+    assert per_sample[6] == {"i": 6, "gen_ppl": None, "entropy": None}  # the empty sample
+    assert [e["gen_ppl"] for e in per_sample] == pytest.approx(expected["per_sample"], rel=1e-6)
+    assert [e["entropy"] for e in per_sample] == pytest.approx(
+        text_entropy(texts, tokenizer, max_length=32)["per_sample"])
 
 
 def test_score_stage_reference_texts(scorer_dir, corpus, tmp_path):

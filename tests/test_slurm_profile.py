@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_RULES = {"embed", "embed_shard", "train", "distill", "decoder", "sample", "score", "score_dataset"}
+GPU_RULES = {"embed", "embed_shard", "train", "distill", "decoder", "sample", "trajectory", "score",
+             "score_dataset"}
 CPU_RULES = {"corpora", "tokenizer", "prepare", "embed_gather", "encoder", "scorer", "figure", "table",
              "review", "manifest", "released"}
 DEFAULT_SHAPE = dict(gpus=4, cpus=32, mem_mb=256000)   # slurm/config.yaml's defaults

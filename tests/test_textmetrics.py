@@ -11,7 +11,7 @@ from rouge_score import rouge_scorer
 
 from elf.cli import main
 from elf.evaluate.samples import read_samples, write_samples
-from elf.evaluate.textmetrics import bleu, mean_and_se, rouge
+from elf.evaluate.textmetrics import bleu, mean_and_se, rouge, rouge_per_example, sentence_bleus
 from elf.io import read_json, sha256_file
 
 REFS = ["The cat sat on the mat today .", "A quick brown fox jumps over the lazy dog .",
@@ -47,6 +47,18 @@ def test_rouge_equals_direct_rouge_score_call():
     assert result["n_examples"] == 4
 
 
+def test_per_example_bleu_and_rouge_equal_direct_calls():
+    direct = [sacrebleu.sentence_bleu(h, [r], lowercase=True, use_effective_order=True).score
+              for h, r in zip(HYPS, REFS)]
+    assert sentence_bleus(HYPS, REFS) == pytest.approx(direct)
+    assert sentence_bleus(["the cat"], ["the cat"])[0] == pytest.approx(100.0)  # effective order
+    per_example = rouge_per_example(HYPS, REFS)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    assert [e["rougeL"] for e in per_example] == pytest.approx(
+        [100 * scorer.score(r, h)["rougeL"].fmeasure for h, r in zip(HYPS, REFS)])
+    assert sum(e["rouge2"] for e in per_example) / 4 == pytest.approx(rouge(HYPS, REFS)["rouge2"])
+
+
 def test_rouge_stems():
     assert rouge(["running dogs"], ["run dog"])["rouge1"] == pytest.approx(100.0)
     unstemmed = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=False)
@@ -76,11 +88,14 @@ def test_score_stage_conditional(tmp_path, task):
     score = read_json(out)
     assert score["samples_provenance"] == header
     assert score["provenance"]["samples_sha256"] == sha256_file(samples)
+    assert [e["i"] for e in score["per_sample"]] == list(range(len(HYPS)))
     if task == "translation":
+        assert [e["bleu"] for e in score["per_sample"]] == pytest.approx(sentence_bleus(HYPS, REFS))
         assert score["metrics"]["bleu"] == pytest.approx(bleu(HYPS, REFS)[0])
         assert score["metrics"]["bleu_signature"] == bleu(HYPS, REFS)[1]
     else:
         expected = rouge(HYPS, REFS)
+        assert score["per_sample"][1]["rouge1"] == pytest.approx(rouge_per_example(HYPS, REFS)[1]["rouge1"])
         for key in ("rouge1", "rouge2", "rougeL", "rouge1_se", "rouge2_se", "rougeL_se", "n_examples"):
             assert score["metrics"][key] == pytest.approx(expected[key])
 

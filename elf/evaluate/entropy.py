@@ -27,10 +27,13 @@ def unigram_entropy(token_ids: Sequence[int]) -> float:
 
 
 def mean_entropy(token_id_lists: Sequence[Sequence[int]]) -> dict:
-    """Mean per-sample unigram entropy over the non-empty samples (nan if there are none)."""
-    values = [unigram_entropy(ids) for ids in token_id_lists if len(ids)]
+    """Mean per-sample unigram entropy over the non-empty samples (nan if there are none), and
+    ``per_sample``: each sample's entropy (None for an empty one)."""
+    per_sample = [unigram_entropy(ids) if len(ids) else None for ids in token_id_lists]
+    values = [v for v in per_sample if v is not None]
     mean = sum(values) / len(values) if values else float("nan")
-    return {"entropy": mean, "n_empty": len(token_id_lists) - len(values), "n_samples": len(values)}
+    return {"entropy": mean, "n_empty": len(token_id_lists) - len(values), "n_samples": len(values),
+            "per_sample": per_sample}
 
 
 def text_entropy(texts: Sequence[str], tokenizer, max_length: int | None = None) -> dict:

@@ -83,7 +83,9 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
 
     ``device`` defaults to the model's; ``dtype`` is the autocast dtype, by default bf16 on CUDA and
     none (fp32) elsewhere. Returns ``gen_ppl`` (nan if nothing was scored), ``n_empty``,
-    ``n_scored_tokens``, ``nll_sum`` and ``n_samples`` (texts scored, empty ones excluded)."""
+    ``n_scored_tokens``, ``nll_sum``, ``n_samples`` (texts scored, empty ones excluded) and
+    ``per_sample``: each text's own perplexity over the targets counted for it in its batch (the
+    released scorer's first padding EOS included), None for an empty text."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the scorer's tokenizer has no EOS token")
     if tokenizer.pad_token is None:
@@ -96,7 +98,9 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
     eos_id = tokenizer.eos_token_id
     model.eval()
     token_lists = retokenize(texts, tokenizer, scoring_context(model, max_length))
-    scored = [ids for ids in token_lists if ids]
+    scored_index = [i for i, ids in enumerate(token_lists) if ids]
+    scored = [token_lists[i] for i in scored_index]
+    per_sample: list[float | None] = [None] * len(token_lists)
     nll_sum, n_counted = 0.0, 0
     starts = range(0, len(scored), batch_size)
     for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
@@ -106,6 +110,10 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
         nll = target_nll(model, input_ids, attention_mask, dtype)
         nll_sum += float(nll[counted].double().sum())
         n_counted += int(counted.sum())
+        row_nll = (nll.double() * counted).sum(1).tolist()
+        for k, (row_sum, row_count) in enumerate(zip(row_nll, counted.sum(1).tolist())):
+            per_sample[scored_index[start + k]] = math.exp(row_sum / row_count)
     ppl = math.exp(nll_sum / n_counted) if n_counted else float("nan")
     return {"gen_ppl": ppl, "n_empty": len(token_lists) - len(scored),
-            "n_scored_tokens": n_counted, "nll_sum": nll_sum, "n_samples": len(scored)}
+            "n_scored_tokens": n_counted, "nll_sum": nll_sum, "n_samples": len(scored),
+            "per_sample": per_sample}

@@ -37,6 +37,16 @@ def bleu(hyps: Sequence[str], refs: Sequence[str]) -> tuple[float, str]:
     return float(result.score), str(metric.get_signature())
 
 
+def sentence_bleus(hyps: Sequence[str], refs: Sequence[str]) -> list[float]:
+    """Sentence BLEU (0–100) of each hypothesis against its reference, with ``BLEU_SETTINGS`` (the
+    effective order keeps short sentences from scoring 0). For showing examples; not averaged."""
+    from sacrebleu.metrics import BLEU
+
+    _check_pairs(hyps, refs)
+    metric = BLEU(**BLEU_SETTINGS)
+    return [float(metric.sentence_score(hyp, [ref]).score) for hyp, ref in zip(hyps, refs)]
+
+
 def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     """Mean and standard error (sample std with ddof = 1, / sqrt(n)); SE 0 for a single value."""
     n = len(values)
@@ -47,16 +57,22 @@ def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(variance / n)
 
 
-def rouge(hyps: Sequence[str], refs: Sequence[str]) -> dict:
-    """Mean ROUGE-1/2/L F1 × 100 over examples, with ``<type>_se`` and ``n_examples``."""
+def rouge_per_example(hyps: Sequence[str], refs: Sequence[str]) -> list[dict[str, float]]:
+    """ROUGE-1/2/L F1 × 100 of each example (``ROUGE_SETTINGS``)."""
     from rouge_score import rouge_scorer
 
     _check_pairs(hyps, refs)
     scorer = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
-    per_example = [scorer.score(ref, hyp) for hyp, ref in zip(hyps, refs)]  # score(target, prediction)
+    scores = [scorer.score(ref, hyp) for hyp, ref in zip(hyps, refs)]  # score(target, prediction)
+    return [{t: 100.0 * score[t].fmeasure for t in ROUGE_TYPES} for score in scores]
+
+
+def rouge(hyps: Sequence[str], refs: Sequence[str]) -> dict:
+    """Mean ROUGE-1/2/L F1 × 100 over examples, with ``<type>_se`` and ``n_examples``."""
+    per_example = rouge_per_example(hyps, refs)
     result: dict = {}
     for rouge_type in ROUGE_TYPES:
-        mean, se = mean_and_se([100.0 * s[rouge_type].fmeasure for s in per_example])
+        mean, se = mean_and_se([s[rouge_type] for s in per_example])
         result[rouge_type], result[f"{rouge_type}_se"] = mean, se
     result["n_examples"] = len(per_example)
     return result

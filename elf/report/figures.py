@@ -751,8 +751,13 @@ def figure_paths(figure_id: str, out_dir: str | Path, pdf: bool = False) -> list
 def render_figure(figure_id: str, inputs: FigureInputs, out_dir: str | Path,
                   pdf: bool = False, dpi: int = 150) -> list[Path]:
     """Draw figure ``figure_id`` (registry or fallback) and write PNG [+ PDF] and CSV atomically."""
-    draw = FIGURES.get(figure_id, generic_figure)
-    fig, plotted = draw(inputs)
+    fig, plotted = FIGURES.get(figure_id, generic_figure)(inputs)
+    return write_figure(figure_id, fig, plotted, out_dir, pdf, dpi)
+
+
+def write_figure(figure_id: str, fig: Figure, plotted: pd.DataFrame, out_dir: str | Path,
+                 pdf: bool = False, dpi: int = 150) -> list[Path]:
+    """Write a drawn figure as PNG [+ PDF] and its plotted numbers as CSV, atomically."""
     paths = figure_paths(figure_id, out_dir, pdf)
     with atomic_path(paths[0]) as tmp:
         fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})

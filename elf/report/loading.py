@@ -2,7 +2,7 @@
 paper's own numbers, as pandas DataFrames.
 
 Reads (never writes):
-- ``<aggregates_root>/<run>/<sampler>.json`` (made by the ``aggregate`` rule, ``elf aggregate``):
+- ``<aggregates_root>/<run>/<sampler>.json`` (made by the ``score`` rule, ``elf aggregate``):
   ``{"provenance", "run", "sampler", "metrics": {name: {"mean", "se", "n", "per_seed"}}}``;
 - ``<dataset_scores_root>/<dataset>.json``: Gen. PPL / entropy of held-out real text ("Dataset" line);
 - ``config/paper_values.yaml``: the paper's values (flattened by ``paper_points``);
@@ -39,7 +39,7 @@ from elf.config import Experiment, SamplerSettings
 from elf.io import read_json, sha256_file
 from elf.stages.distill import TOKENS_FILE, run_tokens
 
-AGGREGATE_RULE = "the `aggregate` rule (`elf aggregate`)"
+AGGREGATE_RULE = "the `score` rule (`elf score`, then `elf aggregate`)"
 DATASET_SCORE_RULE = "the dataset-score rule (`elf score` on held-out real text)"
 
 SAMPLER_COLUMNS = ("method", "steps", "gamma", "grid", "sc_cfg", "input_cfg")

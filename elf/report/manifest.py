@@ -107,6 +107,9 @@ def _id_section(out_dir: Path, figure_id: str, kind: str, title: str) -> list[st
     for meta in record.get("run_metadata", []):
         digest = _check(Path(meta["path"]), meta["sha256"], rule)
         lines.append(f"- run metadata `{meta['path']}`  sha256 {digest} (run {meta['run']})")
+    for shown in record.get("qualitative_inputs", []):
+        digest = _check(Path(shown["path"]), shown["sha256"], rule)
+        lines.append(f"- shown `{shown['path']}`  sha256 {digest}")
     if not record["aggregates"] and not record.get("run_metadata"):
         lines.append("- (no aggregates: built from the configuration and the paper's values)")
     for ref in record.get("dataset_scores", []):

@@ -4,7 +4,9 @@ review and the manifest ``<out>/all``.
 Reads ``<aggregates-root>/<run>/<sampler>.json`` (``elf aggregate``), ``<dataset-scores-root>/
 <dataset>.json`` (real-text reference scores, for the "Dataset" lines), ``<runs-root>/<run>/
 config.json`` and ``tokens.json`` (run metadata, for T6/T7/T8/F7c/F9b and the review's configuration
-checks), the paper's values (``config/paper_values.yaml``) and the experiment config. Writes,
+checks), for the qualitative figures F8/F18 ``<samples-root>``/``<scores-root>`` (the first seed's
+samples and per-sample scores) and ``<trajectories-root>/<run>/<sampler>.json`` (``elf trajectory``),
+the paper's values (``config/paper_values.yaml``) and the experiment config. Writes,
 atomically, under ``--out`` (default: the config's ``reports``):
   figures/<id>.png, figures/<id>.csv (plotted numbers), figures/<id>.json (provenance)
   tables/<id>.csv, tables/<id>.md, tables/<id>.tex, tables/<id>.json (provenance)
@@ -35,6 +37,7 @@ from elf.report import manifest, review, tables
 from elf.report.loading import (RUN_METADATA_IDS, MissingInputError, all_pairs, figure_frame,
                                 figure_pairs, ids_of_pair, load_dataset_scores, load_paper_values,
                                 load_rows, load_runs_meta, metadata_entries, paper_points)
+from elf.report.qualitative import QUALITATIVE_FIGURES, QUALITATIVE_IDS, load_qualitative
 
 
 def register(subparsers) -> None:
@@ -46,6 +49,11 @@ def register(subparsers) -> None:
     parser.add_argument("--aggregates-root", help="folder of <run>/<sampler>.json aggregates")
     parser.add_argument("--dataset-scores-root", help="folder of <dataset>.json reference scores "
                         "(Dataset lines; omitted: no Dataset line)")
+    parser.add_argument("--samples-root", help="folder of <run>/<sampler>/seed<k>.jsonl samples "
+                        "(F8's examples)")
+    parser.add_argument("--scores-root", help="folder of <run>/<sampler>/seed<k>.json scores (F8)")
+    parser.add_argument("--trajectories-root", help="folder of <run>/<sampler>.json trajectories "
+                        "(F18)")
     parser.add_argument("--runs-root", help="folder of <run>/config.json (and tokens.json) run "
                         "metadata, for the configuration tables and token bars "
                         f"({', '.join(RUN_METADATA_IDS)})")
@@ -121,7 +129,14 @@ def render_id(exp: Experiment, figure_id: str, args, out: Path) -> list[Path]:
     paper_values = load_paper_values(args.paper_values)
     points = paper_points(paper_values)
     scores = {}
-    if settings.kind == "figure":
+    qualitative = None
+    if figure_id in QUALITATIVE_IDS:
+        qualitative = load_qualitative(exp, figure_id, args.samples_root, args.scores_root,
+                                       args.trajectories_root)
+        fig, shown = QUALITATIVE_FIGURES[figure_id](qualitative, paper_values)
+        files = figures_mod.write_figure(figure_id, fig, shown, manifest.kind_dir(out, "figure"),
+                                         pdf=args.pdf)
+    elif settings.kind == "figure":
         if figure_id in figures_mod.DATASET_LINE_IDS and not frame.empty:
             unconditional = frame[frame["task"] == "unconditional"]
             scores = load_dataset_scores(args.dataset_scores_root, unconditional["dataset"])
@@ -137,6 +152,8 @@ def render_id(exp: Experiment, figure_id: str, args, out: Path) -> list[Path]:
                                      scores, args.paper_values)
     if runs_meta:  # the run metadata behind the numbers, beside the aggregates
         write_json(sidecar, {**read_json(sidecar), "run_metadata": metadata_entries(runs_meta)})
+    if qualitative:  # the samples, scores or trajectory shown
+        write_json(sidecar, {**read_json(sidecar), "qualitative_inputs": qualitative["files"]})
     return files
 
 

@@ -2,7 +2,9 @@
 
 Reads a samples file (elf/evaluate/samples.py format) and, for unconditional samples, a scorer folder or
 hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomically):
-``{"provenance": {...}, "samples_provenance": <samples header>, "metrics": {...}}`` with
+``{"provenance": {...}, "samples_provenance": <samples header>, "metrics": {...}, "per_sample": [...]}``
+(``per_sample``: each sample's own ``i`` and values — Gen. PPL and entropy, sentence BLEU, or ROUGE —
+that the qualitative figure F8 shows beside an example), with
 - unconditional: gen_ppl, entropy, n_samples, n_empty, n_scored_tokens (Gen. PPL under the scorer,
   64 samples a batch as the released scorer; entropy of the scorer's token ids, both truncated at
   ``--max-length`` or the scorer's context);
@@ -89,8 +91,9 @@ def load_unconditional_scorer(args) -> tuple:
     return model, tokenizer, device
 
 
-def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, dict]:
-    """(metrics, metrics_settings, scorer provenance fields) for Gen. PPL and entropy."""
+def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, dict, list[dict]]:
+    """(metrics, metrics_settings, scorer provenance fields, per-sample values) for Gen. PPL and
+    entropy."""
     from elf.evaluate.entropy import text_entropy
     from elf.evaluate.genppl import gen_ppl, scoring_context
 
@@ -106,12 +109,17 @@ def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, d
                 "counted": "non-EOS targets from position 1 plus each row's first EOS",
                 "autocast": "bfloat16" if device.type == "cuda" else "none (float32)",
                 "device": str(device), "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
-    return metrics, settings, {"scorer": str(args.scorer), **scorer_fingerprint(args.scorer, model)}
+    per_sample = [{"gen_ppl": p, "entropy": h}
+                  for p, h in zip(ppl["per_sample"], entropy["per_sample"])]
+    return (metrics, settings, {"scorer": str(args.scorer), **scorer_fingerprint(args.scorer, model)},
+            per_sample)
 
 
-def conditional_metrics(rows: list[dict], task: str) -> tuple[dict, dict]:
-    """(metrics, metrics_settings) for translation (BLEU) or summarization (ROUGE)."""
-    from elf.evaluate.textmetrics import BLEU_SETTINGS, ROUGE_SETTINGS, bleu, rouge
+def conditional_metrics(rows: list[dict], task: str) -> tuple[dict, dict, list[dict]]:
+    """(metrics, metrics_settings, per-example values) for translation (corpus BLEU; sentence BLEU
+    per example) or summarization (ROUGE)."""
+    from elf.evaluate.textmetrics import (BLEU_SETTINGS, ROUGE_SETTINGS, bleu, rouge,
+                                          rouge_per_example, sentence_bleus)
 
     missing = [row.get("i", n) for n, row in enumerate(rows) if not isinstance(row.get("reference"), str)]
     if missing:
@@ -119,8 +127,10 @@ def conditional_metrics(rows: list[dict], task: str) -> tuple[dict, dict]:
     hyps, refs = [row["text"] for row in rows], [row["reference"] for row in rows]
     if task == "translation":
         score, signature = bleu(hyps, refs)
-        return {"bleu": score, "bleu_signature": signature, "n_examples": len(rows)}, BLEU_SETTINGS
-    return rouge(hyps, refs), ROUGE_SETTINGS
+        per_example = [{"bleu": b} for b in sentence_bleus(hyps, refs)]
+        return ({"bleu": score, "bleu_signature": signature, "n_examples": len(rows)}, BLEU_SETTINGS,
+                per_example)
+    return rouge(hyps, refs), ROUGE_SETTINGS, rouge_per_example(hyps, refs)
 
 
 def finite_or_none(metrics: dict) -> dict:
@@ -168,17 +178,20 @@ def read_samples_file(path: str) -> tuple[dict, list[dict]]:
 
 
 def score_record(path: str, samples_header: dict, rows: list[dict], args, scorer) -> dict:
-    """The score file of one samples file: provenance, the samples' header, the metrics."""
+    """The score file of one samples file: provenance, the samples' header, the metrics, and each
+    sample's own values (``per_sample``: what the qualitative figure F8 shows beside a sample)."""
     scorer_fields: dict = {}
     if args.task == "unconditional":
-        metrics, settings, scorer_fields = unconditional_metrics([row["text"] for row in rows],
-                                                                 args, scorer)
+        metrics, settings, scorer_fields, per_sample = unconditional_metrics(
+            [row["text"] for row in rows], args, scorer)
     else:
-        metrics, settings = conditional_metrics(rows, args.task)
+        metrics, settings, per_sample = conditional_metrics(rows, args.task)
     record = provenance(samples=str(path), samples_sha256=sha256_file(path),
                         task=args.task, metrics_settings=settings, **scorer_fields)
     return {"provenance": record, "samples_provenance": samples_header,
-            "metrics": finite_or_none(metrics)}
+            "metrics": finite_or_none(metrics),
+            "per_sample": [{"i": row.get("i", k), **finite_or_none(values)}
+                           for k, (row, values) in enumerate(zip(rows, per_sample))]}
 
 
 def run_reference(args) -> None:
@@ -191,8 +204,8 @@ def run_reference(args) -> None:
         raise ElfError(f"--reference-texts: {err}") from err
     if not texts:
         raise ElfError(f"--reference-texts {args.reference_texts}: no rows to score")
-    metrics, settings, scorer_fields = unconditional_metrics(texts, args,
-                                                             load_unconditional_scorer(args))
+    metrics, settings, scorer_fields, _ = unconditional_metrics(texts, args,
+                                                                load_unconditional_scorer(args))
     data = {"kind": "reference_texts", "dataset": str(args.reference_texts), "split": split,
             "n": len(texts), "texts_sha256": texts_sha256(texts)}
     record = provenance(reference_texts=data, task=args.task, metrics_settings=settings, **scorer_fields)

@@ -170,9 +170,11 @@ def distill_init(run):
 
 
 def report_args():
+    """`elf report` arguments of the report rules: every input root (each id reads what it needs)."""
     return (f"--config {EXPERIMENT_FILE} --aggregates-root {R}/aggregates "
-            f"--dataset-scores-root {R}/scores/_dataset --paper-values config/paper_values.yaml "
-            f"--out {P}")
+            f"--dataset-scores-root {R}/scores/_dataset --runs-root {R}/runs "
+            f"--samples-root {R}/samples --scores-root {R}/scores --trajectories-root {R}/trajectories "
+            f"--paper-values config/paper_values.yaml --out {P}")
 
 
 def ids_of_kind(kind):
@@ -255,9 +257,15 @@ def run_metadata_for(fid):
         [f"{R}/runs/{run}/tokens.json" for run in runs if EXP.run(run).kind == "distill"]
 
 
-def report_runs_args():
-    """`elf report` arguments of the report rules, with the runs' metadata root."""
-    return f"{report_args()} --runs-root {R}/runs"
+def qualitative_inputs(fid):
+    """What the qualitative figures show: F8 the first seed's samples and scores of its (run,
+    sampler) pairs, F18 a trajectory (the `trajectory` rule)."""
+    pairs = [(run, sampler) for run in EXP.figures[fid].runs for sampler in EXP.figures[fid].samplers]
+    if fid == "F8":
+        return [f"{R}/{kind}/{run}/{sampler}" for run, sampler in pairs for kind in ("samples", "scores")]
+    if fid == "F18":
+        return [f"{R}/trajectories/{run}/{sampler}.json" for run, sampler in pairs[:1]]
+    return []
 
 
 # ---- sharded prepare and embed (data.smk, embed.smk) ----

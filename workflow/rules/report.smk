@@ -25,6 +25,7 @@ rule figure:
         # token bars (F7c, F9b) draw no Dataset line
         dataset=lambda w: [] if w.fid in RUN_METADATA_IDS else dataset_scores_for(w.fid),
         runs=lambda w: run_metadata_for(w.fid),
+        shown=lambda w: qualitative_inputs(w.fid),  # F8, F18
     output:
         png=in_report(f"{P}/figures/{{fid}}.png", "PNG"),
         csv=f"{P}/figures/{{fid}}.csv",
@@ -32,7 +33,7 @@ rule figure:
     wildcard_constraints:
         fid=ids_of_kind("figure"),
     params:
-        args=report_runs_args(),
+        args=report_args(),
         caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
@@ -58,7 +59,7 @@ rule table:
     wildcard_constraints:
         fid=ids_of_kind("table"),
     params:
-        args=report_runs_args(),
+        args=report_args(),
         caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
@@ -82,7 +83,7 @@ rule review:
         report(f"{P}/replication.html", caption="../report/replication.rst",
                category="Replication review", labels={"file": "replication review"}),
     params:
-        args=report_runs_args(),
+        args=report_args(),
     log:
         f"{R}/logs/report/review.log",
     shell:
@@ -100,7 +101,7 @@ rule manifest:
     output:
         f"{P}/all",
     params:
-        args=report_runs_args(),
+        args=report_args(),
     log:
         f"{R}/logs/report/manifest.log",
     shell:

@@ -34,3 +34,29 @@ rule sample:
         "--sampler-name {wildcards.sampler} --run-name {wildcards.run} --seed {params.seeds} "
         "--n {params.n} --batch-size {params.batch} --tokenizer {params.tokenizer} {params.cond} {params.decoder} "
         "--out-dir {output} --no-progress 2> {log}"
+
+
+rule trajectory:
+    """Decode the network's clean estimate along one sampling rollout (F18), first evaluation seed."""
+    conda:
+        ENV
+    input:
+        code("model.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "train/checkpoint.py",
+             "stages/sample.py", "stages/trajectory.py"),
+        tok=tokenizer_input,
+        ckpt=f"{R}/runs/{{run}}/ema.safetensors",
+    output:
+        f"{R}/trajectories/{{run}}/{{sampler}}.json",
+    wildcard_constraints:
+        run=ANY_RUN,
+    params:
+        sampler=lambda w: as_json(EXP.samplers[w.sampler]),
+        seed=EXP.evaluation.seeds[0],
+        tokenizer=TOKENIZER,
+        ckpt_dir=lambda w: f"{R}/runs/{w.run}",
+    log:
+        f"{R}/logs/trajectory/{{run}}/{{sampler}}.log",
+    shell:
+        "elf trajectory --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
+        "--sampler-name {wildcards.sampler} --seed {params.seed} --n 2 --tokenizer {params.tokenizer} "
+        "--at 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --out {output} 2> {log}"

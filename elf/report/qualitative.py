@@ -1,0 +1,175 @@
+"""The paper's qualitative figures: F8 (one example per task with its own metrics) and F18 (the decoded
+denoising trajectory), drawn as text panels, each with a CSV of exactly what is shown.
+
+Reads (never writes):
+- F8: for each (run, sampler) of the figure, the first evaluation seed's samples file
+  ``<samples_root>/<run>/<sampler>/seed<k>.jsonl`` (``elf sample``) and its score file
+  ``<scores_root>/<run>/<sampler>/seed<k>.json`` (``elf score``: ``per_sample`` holds each sample's
+  Gen. PPL and entropy, sentence BLEU, or ROUGE). The example shown is the **median** one by the
+  task's metric (Gen. PPL, BLEU, ROUGE-L): representative rather than the best, a choice of ours —
+  the paper does not say how it picked its examples (its F8 numbers are shown beside ours);
+- F18: ``<trajectories_root>/<run>/<sampler>.json`` (``elf trajectory``): sequence 0's decoded x̂ at
+  each recorded time.
+
+    inputs = load_qualitative(exp, "F8", samples_root, scores_root, trajectories_root)
+    fig, shown = QUALITATIVE_FIGURES["F8"](inputs, paper_values)
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from elf.config import Experiment
+from elf.evaluate.samples import read_samples
+from elf.io import read_json, sha256_file
+from elf.report.loading import MissingInputError, figure_pairs
+
+QUALITATIVE_IDS = ("F8", "F18")
+MAIN_METRIC = {"unconditional": "gen_ppl", "translation": "bleu", "summarization": "rougeL"}
+SHOWN_METRICS = {"unconditional": ("gen_ppl", "entropy"), "translation": ("bleu",),
+                 "summarization": ("rouge1", "rouge2", "rougeL")}
+PAPER_KEYS = {"gen_ppl": "uncond_gen_ppl", "entropy": "uncond_entropy", "bleu": "translation_bleu",
+              "rouge1": "summarization_rouge1", "rouge2": "summarization_rouge2",
+              "rougeL": "summarization_rougeL"}
+WRAP = 110  # characters per line in the panels
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------
+
+def _need(path: Path, rule: str) -> Path:
+    if not path.exists():
+        raise MissingInputError(f"missing {path}: it is made by {rule}")
+    return path
+
+
+def median_example(per_sample: list[dict], metric: str) -> dict:
+    """The example whose ``metric`` is the median of the examples that have one (the lower middle
+    for an even count; ties keep file order)."""
+    scored = [e for e in per_sample if e.get(metric) is not None and math.isfinite(e[metric])]
+    if not scored:
+        raise ValueError(f"no example has a finite {metric}")
+    ranked = sorted(scored, key=lambda e: e[metric])
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def load_examples(exp: Experiment, figure_id: str, samples_root: str | Path,
+                  scores_root: str | Path) -> list[dict]:
+    """F8: the median example of each (run, sampler), with its text, metrics and the files read."""
+    seed = exp.evaluation.seeds[0]
+    examples = []
+    for run, sampler in figure_pairs(exp, figure_id):
+        samples_path = _need(Path(samples_root) / run / sampler / f"seed{seed}.jsonl",
+                             f"the `sample` rule (run {run}, sampler {sampler})")
+        scores_path = _need(Path(scores_root) / run / sampler / f"seed{seed}.json",
+                            f"the `score` rule (run {run}, sampler {sampler})")
+        header, rows = read_samples(samples_path)
+        score = read_json(scores_path)
+        task = header.get("task", "unconditional")
+        if "per_sample" not in score:
+            raise MissingInputError(f"{scores_path} has no per-sample values: rerun the `score` rule")
+        chosen = median_example(score["per_sample"], MAIN_METRIC[task])
+        row = next(r for r in rows if r.get("i") == chosen["i"])
+        examples.append(dict(
+            run=run, sampler=sampler, seed=seed, task=task, i=chosen["i"], text=row["text"],
+            source=row.get("source"), reference=row.get("reference"),
+            metrics={m: chosen.get(m) for m in SHOWN_METRICS[task]},
+            n_examples=len(score["per_sample"]),
+            files=[{"path": str(samples_path), "sha256": sha256_file(samples_path)},
+                   {"path": str(scores_path), "sha256": sha256_file(scores_path)}]))
+    return examples
+
+
+def load_trajectory(exp: Experiment, figure_id: str, trajectories_root: str | Path) -> dict:
+    """F18: the trajectory file of the figure's first (run, sampler)."""
+    run, sampler = figure_pairs(exp, figure_id)[0]
+    path = _need(Path(trajectories_root) / run / f"{sampler}.json",
+                 f"the `trajectory` rule (run {run}, sampler {sampler})")
+    return dict(run=run, sampler=sampler, blob=read_json(path),
+                files=[{"path": str(path), "sha256": sha256_file(path)}])
+
+
+def load_qualitative(exp: Experiment, figure_id: str, samples_root, scores_root,
+                     trajectories_root) -> dict:
+    """What F8 or F18 reads: ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
+    if figure_id == "F8":
+        if not (samples_root and scores_root):
+            raise MissingInputError("F8 reads samples and scores: pass --samples-root and --scores-root")
+        examples = load_examples(exp, figure_id, samples_root, scores_root)
+        return {"examples": examples, "files": [f for e in examples for f in e["files"]]}
+    if not trajectories_root:
+        raise MissingInputError("F18 reads a trajectory: pass --trajectories-root")
+    trajectory = load_trajectory(exp, figure_id, trajectories_root)
+    return {"trajectory": trajectory, "files": trajectory["files"]}
+
+
+# --------------------------------------------------------------------------------------------------
+# Drawing
+# --------------------------------------------------------------------------------------------------
+
+def _fmt(value) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _text_panel(ax, title: str, blocks: list[tuple[str, str]]) -> None:
+    """Wrapped text blocks (label, text) top to bottom in an axis without frame."""
+    ax.axis("off")
+    ax.set_title(title, loc="left", fontsize=8, fontweight="bold")
+    lines = []
+    for label, text in blocks:
+        wrapped = textwrap.wrap(text or "(empty)", WRAP) or ["(empty)"]
+        lines += [f"{label}: {wrapped[0]}"] + [" " * (len(label) + 2) + w for w in wrapped[1:]]
+    ax.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=6.5,
+            transform=ax.transAxes)
+
+
+def figure_F8(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
+    """One example per task (run) with its own metrics, beside the numbers of the paper's F8."""
+    paper = next((f.get("per_example_metrics", {}) for f in paper_values.get("figures", [])
+                  if f.get("src") == "F8"), {})
+    examples = inputs["examples"]
+    fig = Figure(figsize=(9, 2.2 * len(examples) + 0.4))
+    axes = fig.subplots(len(examples), 1, squeeze=False)[:, 0]
+    rows = []
+    for ax, ex in zip(axes, examples):
+        ours = ", ".join(f"{m} {_fmt(v)}" for m, v in ex["metrics"].items())
+        theirs = ", ".join(f"{m} {_fmt(paper.get(PAPER_KEYS[m]))}" for m in ex["metrics"])
+        title = (f"{ex['task']} — run {ex['run']}, sampler {ex['sampler']}, seed {ex['seed']}, "
+                 f"sample {ex['i']} (median {MAIN_METRIC[ex['task']]} of {ex['n_examples']})\n"
+                 f"ours: {ours}   |   the paper's example: {theirs}")
+        blocks = [("source", ex["source"])] if ex["source"] is not None else []
+        blocks.append(("ELF", ex["text"]))
+        if ex["reference"] is not None:
+            blocks.append(("reference", ex["reference"]))
+        _text_panel(ax, title, blocks)
+        for metric, value in ex["metrics"].items():
+            rows.append(dict(task=ex["task"], run=ex["run"], sampler=ex["sampler"], seed=ex["seed"],
+                             i=ex["i"], metric=metric, ours=value,
+                             paper=paper.get(PAPER_KEYS[metric]), text=ex["text"],
+                             source=ex["source"], reference=ex["reference"]))
+    fig.tight_layout()
+    return fig, pd.DataFrame(rows)
+
+
+def figure_F18(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
+    """Sequence 0's decoded x̂ from t = 0 to t = 1 (the final state), one line per recorded step."""
+    trajectory = inputs["trajectory"]
+    steps = trajectory["blob"]["steps"]
+    fig = Figure(figsize=(9, 0.55 * len(steps) + 0.8))
+    ax = fig.subplots()
+    title = (f"Denoising trajectory — run {trajectory['run']}, sampler {trajectory['sampler']}, "
+             f"seed {trajectory['blob']['provenance'].get('seed')}, sequence 0")
+    _text_panel(ax, title, [(f"t={s['t']:.2f}", s["texts"][0]) for s in steps])
+    rows = [dict(run=trajectory["run"], sampler=trajectory["sampler"], step=s["step"], t=s["t"],
+                 state=s["state"], text=s["texts"][0]) for s in steps]
+    fig.tight_layout()
+    return fig, pd.DataFrame(rows)
+
+
+QUALITATIVE_FIGURES = {"F8": figure_F8, "F18": figure_F18}

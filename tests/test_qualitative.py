@@ -1,0 +1,97 @@
+"""The qualitative figures F8 (median example per task, with its own metrics) and F18 (trajectory), on
+samples, scores and a trajectory written here in the formats of `elf sample`, `elf score` and
+`elf trajectory`."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from elf.config import parse_experiment
+from elf.evaluate.samples import write_samples
+from elf.io import read_json, write_json
+from elf.report.figures import write_figure
+from elf.report.loading import MissingInputError
+from elf.report.qualitative import (figure_F8, figure_F18, load_qualitative, median_example)
+
+PAPER = {"figures": [{"src": "F8", "per_example_metrics": {"uncond_gen_ppl": 20.9, "uncond_entropy": 5.2,
+                                                            "translation_bleu": 71.2}}]}
+
+
+def experiment():
+    return parse_experiment({
+        "scale": "embedded",
+        "datasets": {"owt": {"task": "unconditional", "source": "embedded", "name": "owt", "max_length": 8},
+                     "wmt": {"task": "translation", "source": "embedded", "name": "wmt", "subset": "de-en",
+                             "max_length": 8, "max_input_length": 4}},
+        "embeddings": {"encoder": {"kind": "encoder", "encoder": "main"}},
+        "encoders": {"main": {"source": "build"}},
+        "sizes": {"tiny": {"depth": 1, "width": 8, "heads": 1}},
+        "run_defaults": {"dataset": "owt", "embedding": "encoder", "model": {"size": "tiny"}},
+        "runs": {"base": {}, "wmt": {"dataset": "wmt"}},
+        "samplers": {"ode": {"method": "ode", "steps": 4}},
+        "evaluation": {"seeds": [3, 4]},
+        "figures": {"F8": {"kind": "figure", "title": "examples", "runs": ["base", "wmt"], "samplers": ["ode"]},
+                    "F18": {"kind": "figure", "title": "trajectory", "runs": ["base"], "samplers": ["ode"]}},
+    })
+
+
+def write_pair(root, run, task, texts, per_sample, seed=3):
+    rows = [{"i": i, "text": t, "token_ids": [5]} for i, t in enumerate(texts)]
+    if task != "unconditional":
+        for row in rows:
+            row.update(source=f"quelle {row['i']}", reference=f"reference {row['i']}")
+    write_samples(root / "samples" / run / "ode" / f"seed{seed}.jsonl", {"task": task, "seed": seed}, rows)
+    write_json(root / "scores" / run / "ode" / f"seed{seed}.json",
+               {"metrics": {}, "per_sample": [{"i": i, **v} for i, v in enumerate(per_sample)]})
+
+
+def test_median_example_by_hand():
+    examples = [{"i": 0, "m": 9.0}, {"i": 1, "m": None}, {"i": 2, "m": 1.0}, {"i": 3, "m": 5.0},
+                {"i": 4, "m": 7.0}]
+    assert median_example(examples, "m")["i"] == 3          # of 1, 5, 7, 9: the lower middle, 5
+    assert median_example(examples[:3], "m")["i"] == 2      # of 1, 9: 1
+    with pytest.raises(ValueError, match="finite"):
+        median_example([{"i": 0, "m": None}], "m")
+
+
+def test_f8_shows_the_median_example_of_each_run_with_its_metrics(tmp_path):
+    write_pair(tmp_path, "base", "unconditional", ["a b", "c d", "e f"],
+               [{"gen_ppl": 30.0, "entropy": 1.0}, {"gen_ppl": 10.0, "entropy": 2.0},
+                {"gen_ppl": 20.0, "entropy": 3.0}])
+    write_pair(tmp_path, "wmt", "translation", ["x", "y"], [{"bleu": 50.0}, {"bleu": 40.0}])
+    inputs = load_qualitative(experiment(), "F8", tmp_path / "samples", tmp_path / "scores", None)
+    base, wmt = inputs["examples"]
+    assert (base["i"], base["text"], base["metrics"]) == (2, "e f", {"gen_ppl": 20.0, "entropy": 3.0})
+    assert (wmt["i"], wmt["source"], wmt["reference"]) == (1, "quelle 1", "reference 1")
+    assert len(inputs["files"]) == 4 and all(len(f["sha256"]) == 64 for f in inputs["files"])
+    fig, shown = figure_F8(inputs, PAPER)
+    assert list(shown["metric"]) == ["gen_ppl", "entropy", "bleu"]
+    assert list(shown["ours"]) == [20.0, 3.0, 40.0] and list(shown["paper"]) == [20.9, 5.2, 71.2]
+    png, csv = write_figure("F8", fig, shown, tmp_path / "out")
+    assert png.stat().st_size > 0 and pd.read_csv(csv)["text"].tolist() == ["e f", "e f", "y"]
+
+
+def test_f8_refuses_missing_or_old_score_files(tmp_path):
+    exp = experiment()
+    with pytest.raises(MissingInputError, match="sample"):
+        load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
+    write_pair(tmp_path, "base", "unconditional", ["a"], [{"gen_ppl": 3.0, "entropy": 0.0}])
+    write_pair(tmp_path, "wmt", "translation", ["x"], [{"bleu": 1.0}])
+    path = tmp_path / "scores" / "wmt" / "ode" / "seed3.json"
+    write_json(path, {"metrics": {}})  # written before scores carried per-sample values
+    with pytest.raises(MissingInputError, match="per-sample"):
+        load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
+
+
+def test_f18_lists_every_recorded_step_of_sequence_0(tmp_path):
+    steps = [{"t": t, "step": k, "state": "x_hat" if t < 1 else "final", "texts": [f"text {k}", "other"],
+              "token_ids": [[1], [2]]} for k, t in enumerate((0.0, 0.5, 1.0))]
+    write_json(tmp_path / "trajectories" / "base" / "ode.json", {"provenance": {"seed": 3}, "steps": steps})
+    inputs = load_qualitative(experiment(), "F18", None, None, tmp_path / "trajectories")
+    fig, shown = figure_F18(inputs, {})
+    assert shown["text"].tolist() == ["text 0", "text 1", "text 2"]
+    assert shown["t"].tolist() == [0.0, 0.5, 1.0] and shown["state"].iloc[-1] == "final"
+    assert read_json(inputs["files"][0]["path"])["steps"] == steps
+    with pytest.raises(MissingInputError, match="trajectory"):
+        load_qualitative(experiment(), "F18", None, None, tmp_path / "elsewhere")
