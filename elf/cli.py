@@ -19,6 +19,15 @@ class ElfError(Exception):
     """An input problem the user can fix: printed as one line, exit code 2, no traceback."""
 
 
+def resolve_device(name: str):
+    """A stage's ``--device``: ``auto`` → CUDA when available, else CPU (a ``torch.device``)."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def build_parser(stages: tuple[str, ...] = STAGES) -> argparse.ArgumentParser:
     """The ``elf`` parser with the subcommands of ``stages`` (each imports its module)."""
     parser = argparse.ArgumentParser(

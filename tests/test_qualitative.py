@@ -82,6 +82,9 @@ def test_f8_refuses_missing_or_old_score_files(tmp_path):
     write_json(path, {"metrics": {}})  # written before scores carried per-sample values
     with pytest.raises(MissingInputError, match="per-sample"):
         load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
+    write_pair(tmp_path, "wmt", "translation", ["x"], [{"bleu": None}])  # nothing scored
+    with pytest.raises(MissingInputError, match="seed3.json: no example has a finite bleu"):
+        load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
 
 
 def test_f18_lists_every_recorded_step_of_sequence_0(tmp_path):

@@ -74,7 +74,10 @@ def load_examples(exp: Experiment, figure_id: str, samples_root: str | Path,
         task = header.get("task", "unconditional")
         if "per_sample" not in score:
             raise MissingInputError(f"{scores_path} has no per-sample values: rerun the `score` rule")
-        chosen = median_example(score["per_sample"], MAIN_METRIC[task])
+        try:
+            chosen = median_example(score["per_sample"], MAIN_METRIC[task])
+        except ValueError as err:  # e.g. every sample empty: nothing to show
+            raise MissingInputError(f"{scores_path}: {err}; F8 has no example to show") from None
         row = next(r for r in rows if r.get("i") == chosen["i"])
         examples.append(dict(
             run=run, sampler=sampler, seed=seed, task=task, i=chosen["i"], text=row["text"],

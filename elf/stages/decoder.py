@@ -22,7 +22,7 @@ import json
 import math
 from pathlib import Path
 
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
 from elf.config import (ConfigError, DatasetSettings, DecoderSettings, EmbeddingSettings, from_dict,
                         to_dict)
 
@@ -70,8 +70,7 @@ def run(args) -> None:
         raise ElfError(f"--store {args.store} does not exist (run `elf embed` for the train split)")
     store = open_store(args.store)
     tokenizer = load_tokenizer(args.tokenizer)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else ("cpu" if args.device == "auto" else args.device))
+    device = resolve_device(args.device)
     if dec_s.width % dec_s.heads:
         raise ElfError(f"decoder width {dec_s.width} is not divisible by heads {dec_s.heads}")
     cfg = DecoderConfig(d=store.dim, width=dec_s.width, layers=dec_s.layers, heads=dec_s.heads,

@@ -24,26 +24,31 @@ import os
 import shutil
 from pathlib import Path
 
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
+
+
+def add_rollout_args(p) -> None:
+    """The arguments every rollout stage reads (``sample``, ``trajectory``)."""
+    p.add_argument("--checkpoint", required=True, help="run directory (config.json + ema.safetensors)")
+    p.add_argument("--sampler", required=True, help="SamplerSettings as JSON")
+    p.add_argument("--sampler-name", default="custom", help="the sampler's name in the config")
+    p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (detokenisation)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
 
 
 def register(sub) -> None:
     p = sub.add_parser("sample", help="sample one run with one sampler setting, for one or more seeds",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="run directory (config.json + ema.safetensors)")
-    p.add_argument("--sampler", required=True, help="SamplerSettings as JSON")
-    p.add_argument("--sampler-name", default="custom", help="the sampler's name in the config")
+    add_rollout_args(p)
     p.add_argument("--run-name", default=None, help="the run's name in the config")
     p.add_argument("--seed", type=int, nargs="+", required=True,
                    help="evaluation seed(s); several need --out-dir")
     p.add_argument("--n", type=int, required=True, help="samples (unconditional) or examples (0 = all)")
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch")
-    p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (detokenisation)")
     p.add_argument("--store", help="conditional: the evaluation split's embedding store")
     p.add_argument("--tokens", help="conditional: packed dataset dir (source text, reference)")
     p.add_argument("--split", default="test", help="conditional: split of --tokens")
     p.add_argument("--decoder", help="separate decoder dir (`elf decoder`), for runs that name one")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", help="samples file (.jsonl) of the one --seed")
     out.add_argument("--out-dir", help="folder of seed<k>.jsonl, one per --seed")
@@ -72,15 +77,16 @@ def run(args) -> None:
         raise ElfError(f"--out holds one seed; for {len(args.seed)} seeds pass --out-dir")
     job = _load_job(args)
     if args.out:
-        _sample_seed(job, args, args.seed[0], Path(args.out), Path(str(args.out) + ".partial"))
+        _sample_seed(job, args, job.header(args.seed[0]), Path(args.out),
+                     Path(str(args.out) + ".partial"))
         return
     out_dir = Path(args.out_dir)
     staging = out_dir.with_name(out_dir.name + ".partial")
     staging.mkdir(parents=True, exist_ok=True)
     for seed in args.seed:
-        final = staging / f"seed{seed}.jsonl"
-        if not _finished(final, job.header(seed)):
-            _sample_seed(job, args, seed, final, staging / f"seed{seed}.jsonl.partial")
+        final, header = staging / f"seed{seed}.jsonl", job.header(seed)
+        if not _finished(final, header):
+            _sample_seed(job, args, header, final, staging / f"seed{seed}.jsonl.partial")
     for stray in set(staging.iterdir()) - {staging / f"seed{seed}.jsonl" for seed in args.seed}:
         stray.unlink()  # seeds no longer asked for
     if out_dir.exists():
@@ -93,38 +99,37 @@ class _Job:
 
     def __init__(self, args, settings, model, meta, decoder, decoder_sha256, tokenizer, source_rows,
                  device, checkpoint_sha256):
+        from elf.config import to_dict
+        from elf.io import sha256_json
+
         self.settings, self.model, self.meta, self.device = settings, model, meta, device
         self.decoder, self.tokenizer, self.source_rows = decoder, tokenizer, source_rows
         conditional = source_rows is not None
         n = len(source_rows["input_ids"]) if conditional else args.n
         self.n = min(n, args.n) if conditional and args.n else n
-        self._header = dict(
+        self._fields = dict(
             checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256,
-            run=args.run_name or Path(args.checkpoint).name, run_config_sha256=None,
-            sampler=args.sampler_name, sampler_settings=None, n=self.n, batch_size=args.batch_size,
+            run=args.run_name or Path(args.checkpoint).name,
+            run_config_sha256=sha256_json(meta["run"]), sampler=args.sampler_name,
+            sampler_settings=to_dict(settings), n=self.n, batch_size=args.batch_size,
             task=meta["dataset"]["task"], eval_store=args.store, eval_tokens=args.tokens,
             eval_split=args.split if conditional else None,
             eval_store_identity=source_rows["store_identity"] if conditional else None,
             decoder=args.decoder, decoder_sha256=decoder_sha256)
 
     def header(self, seed: int) -> dict:
-        from elf.config import to_dict
-        from elf.io import provenance, sha256_json
+        """The provenance header of one seed's samples file."""
+        from elf.io import provenance
 
-        fields = dict(self._header, run_config_sha256=sha256_json(self.meta["run"]),
-                      sampler_settings=to_dict(self.settings), seed=seed)
-        return provenance(**fields)
+        return provenance(**self._fields, seed=seed)
 
 
 def _load_job(args) -> _Job:
-    import torch
-
     from elf.data.tokenizer import load_tokenizer
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
     settings = parse_sampler_settings(args.sampler)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else ("cpu" if args.device == "auto" else args.device))
+    device = resolve_device(args.device)
     try:
         model, meta = load_model(Path(args.checkpoint), "ema", device)
     except FileNotFoundError as err:
@@ -150,13 +155,13 @@ def _finished(path: Path, header: dict) -> bool:
     return _same_inputs(old, header) and len(rows) == header["n"]
 
 
-def _sample_seed(job: _Job, args, seed: int, out: Path, partial: Path) -> None:
-    """Sample one seed into ``out``, resuming from (and then removing) ``partial``."""
+def _sample_seed(job: _Job, args, header: dict, out: Path, partial: Path) -> None:
+    """Sample the seed of ``header`` into ``out``, resuming from (and then removing) ``partial``."""
     from tqdm import tqdm
 
     from elf.evaluate.samples import write_samples
 
-    header = job.header(seed)
+    seed = header["seed"]
     rows = _resume(partial, header)
     L, d = job.meta["model"]["max_length"], job.meta["model"]["d"]
     starts = list(range(0, job.n, args.batch_size))

@@ -32,10 +32,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
 from elf.evaluate.samples import SamplesFormatError, read_samples, read_text_column, texts_sha256
 from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
-from elf.stages.scorer import resolve_device
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
 # `elf --help` imports every stage module.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
 from elf.config import ConfigError, ScorerSettings, from_dict, to_dict
 from elf.evaluate.samples import SamplesFormatError, read_text_column, texts_sha256
 from elf.io import provenance
@@ -29,15 +29,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, help="output folder (save_pretrained layout)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     parser.set_defaults(func=run)
-
-
-def resolve_device(name: str):
-    """``auto`` → CUDA when available, else CPU (a ``torch.device``)."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def parse_settings(text: str) -> ScorerSettings:

@@ -21,21 +21,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
+from elf.stages.sample import add_rollout_args, batch_generator, parse_sampler_settings
 
 
 def register(sub) -> None:
     p = sub.add_parser("trajectory", help="decode x̂ along one sampling rollout (trajectory figure)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="run directory (config.json + ema.safetensors)")
-    p.add_argument("--sampler", required=True, help="SamplerSettings as JSON")
-    p.add_argument("--sampler-name", default="custom", help="the sampler's name in the config")
+    add_rollout_args(p)
     p.add_argument("--seed", type=int, required=True, help="evaluation seed")
     p.add_argument("--n", type=int, default=1, help="sequences in the rollout batch")
-    p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (detokenisation)")
     p.add_argument("--at", required=True,
                    help="comma-separated times in [0, 1]; the closest steps are recorded")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--out", required=True, help="trajectory file (.json)")
     p.set_defaults(func=run)
 
@@ -88,15 +85,13 @@ def run(args) -> None:
     from elf.data.tokenizer import load_tokenizer
     from elf.flow.samplers import postprocess
     from elf.io import provenance, write_json
-    from elf.stages.sample import batch_generator, parse_sampler_settings
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
     settings = parse_sampler_settings(args.sampler)
     at = parse_times(args.at)
     if args.n < 1:
         raise ElfError(f"--n: expected at least 1 sequence, got {args.n}")
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else ("cpu" if args.device == "auto" else args.device))
+    device = resolve_device(args.device)
     try:
         model, meta = load_model(Path(args.checkpoint), "ema", device)
     except FileNotFoundError as err:

@@ -243,14 +243,19 @@ def launcher(resources):
 
 # ---- report: run metadata (config.json, tokens.json) of the configuration tables and token bars ----
 
-from elf.report.loading import RUN_METADATA_IDS
+def reads_run_metadata(fid):
+    """Whether an id reads the runs' metadata (imported here, not at parse time: the report
+    package pulls in pandas, and every Slurm job parses this file)."""
+    from elf.report.loading import RUN_METADATA_IDS
+
+    return fid in RUN_METADATA_IDS
 
 
 def run_metadata_for(fid):
     """The checkpoints whose metadata a figure or table reads (T6/T7/T8/F7c/F9b): each run's
     ema.safetensors (its rule's output; config.json sits beside it) and, for distillation rounds,
     tokens.json (an output of the distill rule)."""
-    if fid not in RUN_METADATA_IDS:
+    if not reads_run_metadata(fid):
         return []
     runs = EXP.figures[fid].runs
     return [f"{R}/runs/{run}/ema.safetensors" for run in runs] + \

@@ -23,7 +23,7 @@ rule figure:
         "config/paper_values.yaml",
         aggregates=lambda w: aggregates_for(w.fid),
         # token bars (F7c, F9b) draw no Dataset line
-        dataset=lambda w: [] if w.fid in RUN_METADATA_IDS else dataset_scores_for(w.fid),
+        dataset=lambda w: [] if reads_run_metadata(w.fid) else dataset_scores_for(w.fid),
         runs=lambda w: run_metadata_for(w.fid),
         shown=lambda w: qualitative_inputs(w.fid),  # F8, F18
     output:
