@@ -2,7 +2,8 @@
 
 ``train_tokenizer(texts, vocab_size)`` builds a SentencePiece-style BPE model with the ``tokenizers``
 library (NFKC normaliser, Metaspace "▁" pre-tokenizer and decoder, ``<unk>`` for unseen characters and
-no byte fallback, as in T5), with T5's special ids
+no byte fallback, as in T5; punctuation split off words, so "rose." is "▁rose" + "." as T5-small
+tokenises it and a word is not learned twice), with T5's special ids
 ``<pad>`` = 0, ``</s>`` = 1, ``<unk>`` = 2. It has no ``<extra_id_k>`` sentinels: span-corruption
 training of the built encoder reserves sentinel ids above the vocabulary (``elf.embed.encoder``).
 It returns a ``transformers`` fast tokenizer; ``save_pretrained(dir)`` then ``load_tokenizer(dir)``
@@ -37,7 +38,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
     """Train a tokenizer of at most ``vocab_size`` ids (fewer if the corpus runs out of merges)."""
     backend = Tokenizer(models.BPE(unk_token=UNK))
     backend.normalizer = normalizers.NFKC()
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always"),
+        pre_tokenizers.Punctuation()])
     backend.decoder = decoders.Metaspace(replacement=METASPACE, prepend_scheme="always")
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),

@@ -66,7 +66,8 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
           *, loss_covers_padding: bool, seq_shape: tuple[int, int], rank: int = 0,
           world_size: int = 1, device: torch.device | str = "cpu", progress: bool = True,
           crash_after_step: int | None = None, draw_fn: Callable | None = None,
-          step_fn: Callable | None = None, after_step: Callable[[], None] | None = None) -> None:
+          step_fn: Callable | None = None, after_step: Callable[[], None] | None = None,
+          monitor: Callable[[int, EMA], dict] | None = None) -> None:
     """Train ``model`` per ``run`` and write the final checkpoint into ``out_dir``.
 
     ``seq_shape`` = (L, d) of one sequence's embeddings; ``meta`` goes into ``config.json``.
@@ -75,6 +76,8 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     with ``.to(device)``) and ``step_fn(net, batch, draws, denominator)`` a ``StepOutput``; the
     defaults are spec §4's ``draw_step`` and ``training_step``. ``after_step()`` runs after every
     optimiser step, before the EMA update (embedding kind ``learned``: renormalise the table).
+    ``monitor(step, ema)`` runs at every log step on rank 0; the values it returns (held-out errors,
+    say) join that step's line of ``train_log.jsonl``.
     """
     if draw_fn is None:
         def draw_fn(shape, gen):
@@ -158,7 +161,9 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
                           l2_loss=float(sums[1] / sums[3].clamp_min(1)),
                           grad_norm=float(grad_norm), lr=lr,
                           tokens_per_s=tokens_per_step * b.log_every / max(now - t_last, 1e-9))
-            t_last = now
+            if monitor is not None:
+                record.update(monitor(step, ema))
+            t_last = time.perf_counter()  # the monitor's time is not training time
             bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             with open(log_path, "a") as fh:
                 fh.write(json.dumps(record) + "\n")
