@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-PRECISIONS = ("fp32", "bf16")
+from elf.config import PRECISIONS
 
 
 def check_precision(precision: str) -> str:
