@@ -1,7 +1,7 @@
 """Tests of elf/train/optim.py: Muon / Nesterov-Adam against the authors' fixtures, schedule, clipping, EMA.
 
 Run: ``python -m pytest tests/test_optim.py -q`` from the repository root. The fixture tests read
-``shared/fixtures`` beside the repository (or ``$ELF_FIXTURES``) and skip if it is missing.
+the repacked copy in ``tests/fixtures`` (or the originals in ``$ELF_FIXTURES``).
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,17 +17,12 @@ from torch import nn
 from elf.config import OptimSettings
 from elf.train.optim import (EMA, ElfOptimizer, Muon, NesterovAdam, build_optimizer, clip_grad_norm,
                              lr_at, muon_scale, newton_schulz)
-
-FIXTURES = Path(os.environ.get("ELF_FIXTURES",
-                               Path(__file__).resolve().parents[2] / "shared" / "fixtures"))
+from tests.fixtures_util import load_fixture
 
 
 @functools.lru_cache(maxsize=None)
 def _fixture(name: str) -> dict:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {path} not found (set ELF_FIXTURES or put shared/ beside the repo)")
-    return torch.load(path, weights_only=True)
+    return load_fixture(name)
 
 
 @pytest.fixture(scope="module")
