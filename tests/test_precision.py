@@ -105,3 +105,21 @@ def test_scorer_dtype_and_unknown_precision():
     assert scorer_dtype("bf16") == torch.bfloat16 and scorer_dtype("fp32") == torch.float32
     with pytest.raises(ValueError, match="precision"):
         network_autocast("cpu", "fp16")
+
+
+def test_training_loop_runs_every_step_under_the_policy(tmp_path):
+    from elf.train.loop import train
+    from tests.helpers import TensorBatches, tiny_run
+
+    for precision in ("fp32", "bf16"):
+        seen = []
+
+        def step_fn(net, batch, draws, denominator):
+            seen.append(torch.is_autocast_enabled("cpu"))
+            return training_step(net, batch, draws, ObjectiveSettings(),
+                                 denominator=denominator)
+
+        train(tiny_model(), tiny_run(steps=2), TensorBatches(tiny_data(8), 8), tmp_path / precision,
+              {"run": precision}, loss_covers_padding=False, seq_shape=(12, 16), progress=False,
+              step_fn=step_fn, precision=precision)
+        assert seen == [precision == "bf16"] * 2
