@@ -270,6 +270,16 @@ def test_lr_schedule_warmup_then_constant():
         lr_at(0, settings, batch_size=512)
 
 
+@pytest.mark.parametrize("name", ["train_step_uncond.pt", "train_step_cond.pt"])
+def test_schedule_gives_the_training_fixtures_lr(name):
+    """The fixtures were made without warm-up (their step 1 trains at lr 2e-3): lr_at agrees."""
+    cfg = _fixture(name)["config"]
+    opt, batch = cfg["optimizer"], cfg["batch_size"]
+    settings = OptimSettings(blr=opt["lr"] * 256 / batch, warmup_steps=opt["warmup_steps"])
+    assert opt["warmup_steps"] == 0
+    assert lr_at(opt["optimizer_step_index"], settings, batch) == pytest.approx(opt["lr"])
+
+
 def test_first_warmup_step_at_lr_zero_advances_the_optimiser_state():
     """Step 1 of a warm-up moves no weight, but its moments count: step 2 is then the optimiser's
     second step (Nesterov-Adam: m = 0.1·g₁ carried, v likewise, bias corrections of k = 2)."""
