@@ -31,6 +31,10 @@ def _f(default: Any = dataclasses.MISSING, *, help: str, lo: float | None = None
     return field(default=default, metadata=meta)
 
 
+PRECISIONS = ("fp32", "bf16")  # the network precision policies, applied by elf/precision.py
+Precision = Literal["fp32", "bf16"]
+
+
 # --------------------------------------------------------------------------------------------------
 # Training-time settings (spec §3–4)
 # --------------------------------------------------------------------------------------------------
@@ -136,6 +140,9 @@ class SamplerSettings:
         "original state (paper App. C.2)")
     noise_scale: float = _f(2.0, help="initial noise scale", lo=0, lo_open=True)
     t_eps: float = _f(0.05, help="clamp of 1-t", lo=0, hi=1, lo_open=True)
+    precision: Literal["policy", "fp32"] = _f(
+        "policy", help="sample under the experiment's `precision` policy (the authors sample with "
+        "bf16 blocks), or in fp32 whatever the policy")
 
 
 @dataclass(frozen=True)
@@ -270,6 +277,10 @@ class Experiment:
     results: str = _f("results", help="root of intermediate outputs")
     reports: str = _f("reports", help="root of figures, tables and reviews")
     scale: Literal["embedded", "paper"] = _f("embedded", help="labels the replication review")
+    precision: Precision = _f("fp32", help="network precision policy of training, distillation, "
+                              "sampling and scoring (elf/precision.py): fp32, or bf16 blocks with fp32 "
+                              "input projections, embedders and heads as the authors run on GPU (and "
+                              "the scorer's weights in bf16)")
     corpora: CorporaSettings = _f(help="embedded corpora", factory=CorporaSettings)
     tokenizer: TokenizerSettings = _f(help="tokenizer", factory=TokenizerSettings)
     encoders: dict[str, EncoderSettings] = _f(help="named encoders", factory=dict)

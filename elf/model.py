@@ -12,6 +12,10 @@ Forward, for input ``x_in = [z ; x_sc]`` (B, L, 2d), time ``t`` (B,), SC-CFG sca
 
 The adaLN-Zero variant (paper ablation, Fig. 14) conditions every block on time + SC-CFG + mode through
 adaptive norms instead of prepending control tokens.
+
+Precision (``elf.precision``): the input side (projections, embedders, control tokens) and both heads
+run in fp32 with autocast off; only the blocks follow the caller's autocast (bf16 policy), so the
+residual stream, x̂ and the logits are fp32 either way.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from elf.precision import full_precision
 
 
 @dataclass(frozen=True)
@@ -273,35 +279,43 @@ class ELF(nn.Module):
         ``decode_rows`` also those rows' logits (inside forward, so DDP sees the decode head)."""
         B, L, _ = x_in.shape
         cfg = self.cfg
-        h = self.text_proj(self.self_cond_proj(x_in))                        # (B, L, W)
-        gate = torch.zeros(B, device=h.device, dtype=h.dtype) if mode is None else mode.to(h.dtype)
-        t_emb = self.t_embedder(t)                                           # (B, W)
-        w_emb = self.self_cond_cfg_embedder(w)                               # (B, W)
-        cond = None
-        if cfg.conditioning == "adaln":
-            cond = t_emb + w_emb + gate[:, None] * self.mode_embedding
-        else:
-            ctrl = torch.cat([
-                self.t_emb_tokens + t_emb[:, None],
-                self.self_cond_cfg_tokens + w_emb[:, None],
-                self.mode_tokens * gate[:, None, None],
-            ], dim=1).to(h.dtype)                                            # (B, 12, W)
-            h = torch.cat([ctrl, h], dim=1)                                  # (B, 12 + L, W)
+        with full_precision(x_in):  # input side in fp32, autocast off (elf/precision.py)
+            h, cond = self._embed_inputs(x_in, t, w, mode)
         n_ctrl = cfg.num_control_tokens
         rope = rope_tables(L, cfg.head_dim, cfg.rope_theta, h.device)
-        for block in self.blocks:
+        for block in self.blocks:  # under the caller's autocast, if any
             h = block(h, rope, n_ctrl, cond)
         h = h[:, n_ctrl:]                                                    # (B, L, W)
-        x_hat = self.final_layer(h, cond)
+        with full_precision(h):
+            x_hat = self.final_layer(h, cond)
         if decode_rows is None:
             return x_hat, h
         return x_hat, h, self.decode(h[decode_rows])
 
+    def _embed_inputs(self, x_in, t, w, mode):
+        """The residual stream entering block 0 (control tokens prepended) and, for adaLN, the
+        condition vector."""
+        B = x_in.shape[0]
+        h = self.text_proj(self.self_cond_proj(x_in))                        # (B, L, W)
+        gate = torch.zeros(B, device=h.device, dtype=h.dtype) if mode is None else mode.to(h.dtype)
+        t_emb = self.t_embedder(t)                                           # (B, W)
+        w_emb = self.self_cond_cfg_embedder(w)                               # (B, W)
+        if self.cfg.conditioning == "adaln":
+            return h, t_emb + w_emb + gate[:, None] * self.mode_embedding
+        ctrl = torch.cat([
+            self.t_emb_tokens + t_emb[:, None],
+            self.self_cond_cfg_tokens + w_emb[:, None],
+            self.mode_tokens * gate[:, None, None],
+        ], dim=1).to(h.dtype)                                                # (B, 12, W)
+        return torch.cat([ctrl, h], dim=1), None                             # (B, 12 + L, W)
+
     def decode(self, h: torch.Tensor) -> torch.Tensor:
-        """Token logits from text hidden states (before the final norm), (..., L, V)."""
-        hidden = F.gelu(h @ self.proj_kernel.to(h.dtype) + self.proj_bias.to(h.dtype),
-                        approximate="tanh")
-        return hidden @ self.unembed_kernel.to(h.dtype) + self.unembed_bias.to(h.dtype)
+        """Token logits from text hidden states (before the final norm), (..., L, V); fp32 with
+        autocast off, like the denoise head."""
+        with full_precision(h):
+            h = h.to(self.proj_kernel.dtype)
+            hidden = F.gelu(h @ self.proj_kernel + self.proj_bias, approximate="tanh")
+            return hidden @ self.unembed_kernel + self.unembed_bias
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -1,27 +1,24 @@
-"""Locating and loading the authors' parity fixtures (``../shared/fixtures`` beside the checkout)."""
+"""Loading the authors' parity fixtures: the repacked copy in ``tests/fixtures`` (``repack.py``), or
+the original ``.pt`` files of the folder ``$ELF_FIXTURES`` when that is set."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
 import torch
 
 from elf.model import ELF, model_config
+from tests.fixtures.repack import load_packed
 
-
-def fixtures_dir() -> Path:
-    env = os.environ.get("ELF_FIXTURES")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+SHARED_ORIGINALS = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
 
 def load_fixture(name: str) -> dict:
-    path = fixtures_dir() / name
-    if not path.exists():
-        pytest.skip(f"parity fixture {path} not found (it ships beside the checkout in ../shared/fixtures; "
-                    "set ELF_FIXTURES to its folder to run these tests)")
-    return torch.load(path, weights_only=True)
+    folder = os.environ.get("ELF_FIXTURES")
+    if folder:
+        return torch.load(Path(folder) / name, weights_only=True)
+    return load_packed(name)
 
 
 def fixture_model(fx: dict) -> ELF:

@@ -7,7 +7,9 @@ z_{k+1} = z_k + (τ_{k+1} − τ_k)(c_k − z_k)/(1 − τ_k), gives z_K − c-t
 z_K = (1 − t_t)/(1 − t_s)·z_s + Σ_k (1 − t_t)·[1/(1 − τ_{k+1}) − 1/(1 − τ_k)]·c_k, hence
 x̃ = z_s + (1 − t_s)/Δ·(z_K − z_s) = Σ_k ω_k c_k with
 ω_k = (1 − t_s)(1 − t_t)/Δ·[1/(1 − τ_{k+1}) − 1/(1 − τ_k)], Σ ω_k = 1 (and ω = e_{K−1} when t_t = 1).
-A fixed-x teacher (every c_k = x) therefore gives x̃ = x for any span and K.
+A fixed-x teacher (every c_k = x) therefore gives x̃ = x for any span and K. The sub-steps divide by
+max(1 − τ_k, t_eps) (the authors'), so the closed form holds while every τ_k ≤ 1 − t_eps; the tests of
+it use ``UNCLAMPED`` (t_eps 1e-9) to reach spans up to t = 1, and the clamp has its own test.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from safetensors.torch import load_file
 from elf.cli import main as elf_main
 from elf.config import (BudgetSettings, DistillSettings, EmbeddingSettings, ObjectiveSettings,
                         OptimSettings, RunSettings, to_dict)
+from elf.embed.store import open_store
 from elf.flow.distill import (SMALL_SPAN, DistillDraws, distill_step, distill_target,
                               draw_distill_step, substep_times, teacher_trajectory)
 from elf.flow.objective import StepDraws, training_step
@@ -37,6 +40,7 @@ from tests.test_store import make_tokens, write_store
 
 ROOT = Path(__file__).resolve().parents[1]
 S = ObjectiveSettings()
+UNCLAMPED = ObjectiveSettings(t_eps=1e-9)  # the closed form of the module docstring holds exactly
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,8 +100,9 @@ def test_fixed_x_teacher_gives_target_equal_to_that_x(span, K):
     z_s = 2 * torch.randn(B, L, d, generator=g, dtype=torch.float64)
     times = _times(B, span, K, seed=K)
     teacher = ConstantTeacher(x)
-    z_t, first = teacher_trajectory(teacher, z_s, torch.zeros_like(z_s), times, torch.ones(B), S)
-    target = distill_target(z_s, z_t, times[:, 0], times[:, -1], first)
+    z_t, last = teacher_trajectory(teacher, z_s, torch.zeros_like(z_s), times, torch.ones(B),
+                                   UNCLAMPED)
+    target = distill_target(z_s, z_t, times[:, 0], times[:, -1], last)
     assert teacher.calls == K
     torch.testing.assert_close(target, x, rtol=0, atol=1e-9)
     assert not torch.allclose(z_t, x) or span == 1.0  # z_t itself is not x unless t_t = 1
@@ -110,14 +115,14 @@ def test_target_is_the_closed_form_average_of_the_substep_predictions(K):
     values = [torch.randn(B, L, d, generator=g, dtype=torch.float64) for _ in range(K)]
     z_s = torch.randn(B, L, d, generator=g, dtype=torch.float64)
     times = _times(B, 0.25, K, seed=K)
-    z_t, first = teacher_trajectory(ConstantTeacher(*values), z_s, torch.zeros_like(z_s), times,
-                                    torch.ones(B), S)
-    target = distill_target(z_s, z_t, times[:, 0], times[:, -1], first)
+    z_t, last = teacher_trajectory(ConstantTeacher(*values), z_s, torch.zeros_like(z_s), times,
+                                   torch.ones(B), UNCLAMPED)
+    target = distill_target(z_s, z_t, times[:, 0], times[:, -1], last)
     omega = _weights(times)
     torch.testing.assert_close(omega.sum(1), torch.ones(B, dtype=torch.float64))
     expected = sum(omega[:, k, None, None] * values[k] for k in range(K))
     torch.testing.assert_close(target, expected, rtol=0, atol=1e-10)
-    torch.testing.assert_close(first, values[0])
+    torch.testing.assert_close(last, values[-1])
 
 
 def test_full_span_target_is_the_last_substep_prediction():
@@ -128,9 +133,9 @@ def test_full_span_target_is_the_last_substep_prediction():
     times = substep_times(torch.zeros(B, dtype=torch.float64), 1.0,
                           torch.rand(B, K - 1, generator=g, dtype=torch.float64))
     z_s = torch.randn(B, L, d, generator=g, dtype=torch.float64)
-    z_t, first = teacher_trajectory(ConstantTeacher(*values), z_s, torch.zeros_like(z_s), times,
-                                    torch.ones(B), S)
-    torch.testing.assert_close(distill_target(z_s, z_t, times[:, 0], times[:, -1], first),
+    z_t, last = teacher_trajectory(ConstantTeacher(*values), z_s, torch.zeros_like(z_s), times,
+                                   torch.ones(B), UNCLAMPED)
+    torch.testing.assert_close(distill_target(z_s, z_t, times[:, 0], times[:, -1], last),
                                values[-1], rtol=0, atol=1e-12)
 
 
@@ -142,17 +147,33 @@ def test_small_span_fallback_triggers_below_1e_3_only():
     t_s = torch.tensor([0.2, 0.2, 0.5, 0.5], dtype=torch.float64)
     spans = torch.tensor([0.9e-3, 1.1e-3, 0.0, 0.5e-3], dtype=torch.float64)
     times = torch.stack([t_s, t_s + spans / 2, t_s + spans], 1)
-    z_t, first = teacher_trajectory(ConstantTeacher(*values), z_s, torch.zeros_like(z_s), times,
-                                    torch.ones(B), S)
-    target = distill_target(z_s, z_t, times[:, 0], times[:, -1], first)
+    z_t, last = teacher_trajectory(ConstantTeacher(*values), z_s, torch.zeros_like(z_s), times,
+                                   torch.ones(B), S)
+    target = distill_target(z_s, z_t, times[:, 0], times[:, -1], last)
     fallback = spans < 1e-3
     assert SMALL_SPAN == 1e-3 and fallback.tolist() == [True, False, True, True]
     assert torch.isfinite(target).all()
-    torch.testing.assert_close(target[fallback], values[0][fallback], rtol=0, atol=0)
+    # the authors' fallback: the teacher's LAST sub-step prediction, not its first
+    torch.testing.assert_close(target[fallback], values[-1][fallback], rtol=0, atol=0)
+    assert not torch.allclose(values[0][fallback], values[-1][fallback])
     omega = _weights(times[1:2])
     expected = omega[:, 0, None, None] * values[0][1:2] + omega[:, 1, None, None] * values[1][1:2]
     torch.testing.assert_close(target[1:2], expected, rtol=0, atol=1e-9)
     assert not torch.allclose(target[1], values[0][1])
+
+
+def test_teacher_substeps_divide_by_max_one_minus_tau_and_t_eps():
+    """Sub-steps from τ = 0.9 (1 − τ = 0.1) then τ = 0.96 (1 − τ = 0.04 < t_eps = 0.05), by hand."""
+    g = torch.Generator().manual_seed(4)
+    c0, c1, z_s = (torch.randn(2, 3, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    times = torch.tensor([[0.9, 0.96, 0.98]] * 2, dtype=torch.float64)
+    z_t, last = teacher_trajectory(ConstantTeacher(c0, c1), z_s, torch.zeros_like(z_s), times,
+                                   torch.ones(2), S)
+    z_1 = z_s + 0.06 * (c0 - z_s) / 0.1
+    expected = z_1 + 0.02 * (c1 - z_1) / 0.05
+    torch.testing.assert_close(z_t, expected, rtol=0, atol=1e-12)
+    assert not torch.allclose(z_t, z_1 + 0.02 * (c1 - z_1) / 0.04)  # the unclamped step
+    torch.testing.assert_close(last, c1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -222,28 +243,48 @@ def test_teacher_calls_inputs_and_chained_self_conditioning():
     z = z_s
     for k, call in enumerate(calls[1:]):
         h = (draws.times[rows, k + 1] - draws.times[rows, k])[:, None, None]
-        z = z + h * (call["out"] - z) / (1 - draws.times[rows, k])[:, None, None]
+        z = z + h * (call["out"] - z) / (1 - draws.times[rows, k]).clamp_min(S.t_eps)[:, None, None]
     ratio = ((1 - draws.t_s[rows]) / (draws.t_t[rows] - draws.t_s[rows]))[:, None, None]
     torch.testing.assert_close(out.parts["target"][rows], z_s + ratio * (z - z_s))
 
 
-def test_fixed_x_teacher_through_the_step_and_loss_with_one_denominator():
+def test_fixed_x_teacher_through_the_step_and_per_example_loss_on_padded_rows():
+    """The authors' averaging: each example's masked mean over its tokens, then the plain mean over
+    the batch's examples, computed here token by token (rows 0 (decode) and 1 (distill) padded)."""
     B, L, d = 6, 12, 16
     data = tiny_data(B)
     data["attention_mask"][0, -3:] = 0  # padding is excluded from both losses
-    data["attention_mask"][1, -2:] = 0
+    data["attention_mask"][1, -5:] = 0
     x_fixed = torch.randn(1, L, d, generator=torch.Generator().manual_seed(3)).expand(B, L, d)
     draws = _draws(B, L, d, K=8, steps=2)
     student = tiny_model(seed=1)
     out = distill_step(student, ConstantTeacher(x_fixed), data, draws, S)
     rows = out.parts["distill_rows"]
     torch.testing.assert_close(out.parts["target"][rows], x_fixed[rows], rtol=0, atol=2e-5)
-    mask = data["attention_mask"].float()
-    dec = draws.decode_row[:, None]
-    mse = (out.parts["x_hat"] - out.parts["target"]).pow(2).mean(-1)
-    expected = ((out.parts["ce_per_token"] * mask * dec).sum()
-                + (mse * mask * (1 - dec)).sum()) / mask.sum()
-    torch.testing.assert_close(out.loss, expected)
+    x_hat, target, ce = out.parts["x_hat"], out.parts["target"], out.parts["ce_per_token"]
+    per_example = []
+    for b in range(B):
+        valid = [i for i in range(L) if data["attention_mask"][b, i] == 1]
+        if draws.decode_row[b] > 0:
+            values = [float(ce[b, i]) for i in valid]
+        else:
+            values = [float((x_hat[b, i] - target[b, i]).double().pow(2).mean()) for i in valid]
+        per_example.append(sum(values) / len(values))
+    assert out.loss.item() == pytest.approx(sum(per_example) / B, rel=1e-6)
+    decode = [e for e, dec in zip(per_example, draws.decode_row) if dec > 0]
+    assert out.ce_loss.item() == pytest.approx(sum(decode) / len(decode), rel=1e-6)
+    # Pooling every token over one Σ mask (training's rule) gives another number on this batch.
+    mask, dec = data["attention_mask"].float(), draws.decode_row[:, None]
+    mse = (x_hat - target).pow(2).mean(-1)
+    pooled = ((ce * mask * dec).sum() + (mse * mask * (1 - dec)).sum()) / mask.sum()
+    assert abs(pooled.item() - out.loss.item()) > 1e-3 * out.loss.item()
+    # Slices normalised by the whole batch's rows (the loop's micro-batches) sum to the whole.
+    halves = [slice(0, 3), slice(3, 6)]
+    total = sum(distill_step(student, ConstantTeacher(x_fixed), {k: v[h] for k, v in data.items()},
+                             DistillDraws(**{f.name: getattr(draws, f.name)[h]
+                                             for f in dataclasses.fields(draws)}),
+                             S, batch_rows=B).loss for h in halves)
+    torch.testing.assert_close(total, out.loss)
     # Decode rows: exactly the training objective's cross-entropy on the same draws.
     step_draws = StepDraws(draws.decode_row, draws.t_s, draws.eps, draws.lam, draws.eps_decode,
                            draws.use_self_cond, draws.w, draws.label_drop)
@@ -293,7 +334,7 @@ def _distill_loop(tmp, data, steps, crash=None):
           seq_shape=(12, 16), progress=False, crash_after_step=crash,
           draw_fn=lambda shape, gen: draw_distill_step(shape, S, rounds, gen),
           step_fn=lambda net, batch, draws, denom: distill_step(net, teacher, batch, draws, S,
-                                                                denominator=denom))
+                                                                batch_rows=4))
 
 
 def test_distillation_in_the_training_loop_resumes_bitwise(tmp_path):
@@ -378,6 +419,10 @@ def test_stage_end_to_end_writes_checkpoint_log_and_tokens(stage_inputs, tmp_pat
     out = tmp_path / "pd_r1"
     model, meta = load_model(out)
     assert meta["run"]["kind"] == "distill" and meta["teacher_sha256"] and meta["init_sha256"]
+    # provenance names the store it distilled on (the store writes identity_sha256)
+    identity = open_store(tmp / "train.zarr").attrs["identity_sha256"]
+    assert len(identity) == 64 and meta["store_identity"] == identity
+    assert meta["precision"] == "fp32"  # no precision in --settings: the fp32 default
     log = [json.loads(line) for line in open(out / "train_log.jsonl")]
     assert [r["step"] for r in log] == [1, 2, 3] and all(math.isfinite(r["loss"]) for r in log)
     tokens = json.loads((out / "tokens.json").read_text())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, T5Config, T5Enc
 from elf.config import EncoderSettings, from_dict, to_dict
 from elf.embed import encoder as enc
 from elf.stages import encoder as encoder_stage
+from tests.fixtures_util import load_fixture
 
 WORDS = ["the", "cat", "dog", "sat", "on", "mat", "a", "ran", "far", "big", "red", "sun"]
 SETTINGS = EncoderSettings(d_model=32, layers=1, heads=2, d_ff=64, steps=30, batch_size=8, lr=3e-3,
@@ -271,18 +271,9 @@ def test_encoder_mask_4d_never_masks_a_whole_row():
     assert allowed[1, 2].tolist() == [False, False, True]
 
 
-def _fixture_dir() -> Path | None:
-    for candidate in (os.environ.get("ELF_FIXTURES"), Path(__file__).parent / "fixtures",
-                      "/work/shared/fixtures"):
-        if candidate and (Path(candidate) / "train_step_cond.pt").exists():
-            return Path(candidate)
-    return None
-
-
-@pytest.mark.skipif(_fixture_dir() is None, reason="parity fixtures not available (set ELF_FIXTURES)")
 @pytest.mark.parametrize("name", ["train_step_cond.pt", "train_step_uncond.pt"])
 def test_encoder_mask_4d_matches_released_code_fixture(name):
-    fixture = torch.load(_fixture_dir() / name, weights_only=True)
+    fixture = load_fixture(name)
     batch = fixture["batch"]
     drop = fixture["draws"].get("label_drop")
     mask = enc.encoder_mask_4d(batch["attention_mask"], batch["cond_seq_mask"], drop, torch.float32)

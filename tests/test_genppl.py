@@ -45,24 +45,24 @@ def hand_ids(text: str) -> list[int]:
     return [WORD_ID[w] for w in text.split()][:CONTEXT]
 
 
-def reference_nll(model, token_lists, batch_size):
-    """Σ NLL and count, one forward per scored prefix (no padding ever enters the model)."""
-    scored = [ids for ids in token_lists if ids]
-    nll_sum, count = 0.0, 0
-    for start in range(0, len(scored), batch_size):
-        batch = scored[start:start + batch_size]
-        longest = max(len(ids) for ids in batch)
-        for ids in batch:
-            seq = ids + [0] * (longest - len(ids))
-            first_eos = seq.index(0) if 0 in seq else None
-            for pos in range(1, longest):
-                if seq[pos] == 0 and pos != first_eos:
-                    continue
-                with torch.no_grad():
-                    logits = model(torch.tensor([seq[:pos]])).logits[0, -1]
-                nll_sum -= float(torch.log_softmax(logits.double(), -1)[seq[pos]])
-                count += 1
-    return nll_sum, count
+def reference_rows(model, token_lists):
+    """Per text (Σ NLL, count), one forward per scored prefix (no padding ever enters the model),
+    every text padded with EOS to the longest of the whole set (the released scorer)."""
+    longest = max(len(ids) for ids in token_lists)
+    rows = []
+    for ids in token_lists:
+        seq = ids + [0] * (longest - len(ids))
+        first_eos = seq.index(0) if 0 in seq else None
+        nll_sum, count = 0.0, 0
+        for pos in range(1, longest):
+            if seq[pos] == 0 and pos != first_eos:
+                continue
+            with torch.no_grad():
+                logits = model(torch.tensor([seq[:pos]])).logits[0, -1]
+            nll_sum -= float(torch.log_softmax(logits.double(), -1)[seq[pos]])
+            count += 1
+        rows.append((nll_sum, count))
+    return rows
 
 
 def test_retokenize_matches_hand_ids(tokenizer):
@@ -70,60 +70,77 @@ def test_retokenize_matches_hand_ids(tokenizer):
     assert len(retokenize([LONG], tokenizer, None)[0]) == 21
 
 
-@pytest.mark.parametrize("batch_size, expected_count", [
-    # batch [s0, s1, s2] padded to 5: 4 + (1 + first pad) + (EOS, c, d) = 9;
-    # batch [s4, s5] padded to 16: s4 starts with EOS so its padding is a second EOS: 2; s5: 15 -> 26
-    (3, 26),
-    # alone, no sample has padding: 4 + 1 + 3 + 2 + 15
-    (1, 25),
-])
-def test_gen_ppl_matches_prefix_by_prefix_computation(model, tokenizer, batch_size, expected_count):
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_gen_ppl_matches_prefix_by_prefix_computation(model, tokenizer, batch_size):
+    """Every text padded to the set's longest (16, LONG cut at the context): a b c d e 4 + its first
+    pad EOS; b c 1 + 1; a EOS c d: EOS, c, d; EOS a b: a, b (its padding is a second EOS); LONG 15."""
     result = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, progress=False)
-    ref_sum, ref_count = reference_nll(model, [hand_ids(t) for t in TEXTS], batch_size)
-    assert ref_count == expected_count
-    assert result["n_scored_tokens"] == expected_count
+    rows = reference_rows(model, [hand_ids(t) for t in TEXTS if t])
+    ref_sum, ref_count = sum(r[0] for r in rows), sum(r[1] for r in rows)
+    assert [r[1] for r in rows] == [5, 2, 3, 2, 15]
+    assert result["n_scored_tokens"] == ref_count == 27
     assert result["n_empty"] == 1
     assert result["n_samples"] == 5
     assert result["nll_sum"] == pytest.approx(ref_sum, rel=1e-5)
     assert result["gen_ppl"] == pytest.approx(math.exp(ref_sum / ref_count), rel=1e-5)
+    per_sample = [p for p in result["per_sample"] if p is not None]
+    assert per_sample == pytest.approx([math.exp(a / n) for a, n in rows], rel=1e-5)
+    assert result["per_sample"][TEXTS.index("")] is None
 
 
-def test_gen_ppl_longest_sample_pays_no_eos(model, tokenizer):
-    """The released scorer's detail: the shorter sample is charged its first padding EOS."""
-    pair = gen_ppl(["a b c", "a b c d"], model, tokenizer, batch_size=2, progress=False)
-    alone = gen_ppl(["a b c", "a b c d"], model, tokenizer, batch_size=1, progress=False)
-    assert pair["n_scored_tokens"] == alone["n_scored_tokens"] + 1 == 6
+def test_gen_ppl_does_not_depend_on_the_batch_size(model, tokenizer):
+    g = torch.Generator().manual_seed(1)
+    texts = [" ".join("abcdefghij"[int(i)] for i in torch.randint(0, 10, (int(n),), generator=g))
+             for n in torch.randint(1, 20, (70,), generator=g)]
+    results = [gen_ppl(texts, model, tokenizer, batch_size=b, progress=False) for b in (1, 3, 64)]
+    assert len({r["n_scored_tokens"] for r in results}) == 1
+    for other in results[1:]:
+        assert other["gen_ppl"] == pytest.approx(results[0]["gen_ppl"], rel=1e-6)
+        assert other["per_sample"] == pytest.approx(results[0]["per_sample"], rel=1e-6)
+
+
+def test_every_shorter_sample_pays_its_first_padding_eos(model, tokenizer):
+    """The released scorer's detail: only the set's longest text predicts no EOS, whatever the
+    batching."""
+    short, longer = hand_ids("a b c"), hand_ids("a b c d")
+    alone = [gen_ppl([text], model, tokenizer, progress=False) for text in ("a b c", "a b c d")]
     with torch.no_grad():
-        logits = model(torch.tensor([[1, 2, 3]])).logits[0, -1]
+        logits = model(torch.tensor([short])).logits[0, -1]
     eos_nll = -float(torch.log_softmax(logits.double(), -1)[0])
-    assert pair["nll_sum"] - alone["nll_sum"] == pytest.approx(eos_nll, rel=1e-4)
+    for batch_size in (1, 2):
+        pair = gen_ppl(["a b c", "a b c d"], model, tokenizer, batch_size=batch_size, progress=False)
+        assert pair["n_scored_tokens"] == len(short) - 1 + 1 + len(longer) - 1 == 6
+        assert pair["nll_sum"] - sum(r["nll_sum"] for r in alone) == pytest.approx(eos_nll, rel=1e-4)
 
 
-@pytest.mark.parametrize("batch_size", [1, 3])
-def test_per_sample_perplexity_is_each_text_scored_alone_in_its_batch(model, tokenizer, batch_size):
-    result = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, progress=False)
-    per_sample = result["per_sample"]
-    assert len(per_sample) == len(TEXTS) and per_sample[TEXTS.index("")] is None
-    for text, value in zip(TEXTS, per_sample):
-        if text and batch_size == 1:  # alone: the text's own corpus perplexity
-            assert value == pytest.approx(gen_ppl([text], model, tokenizer, batch_size=1,
-                                                  progress=False)["gen_ppl"], rel=1e-5)
-    # the corpus value weights each sample by its counted tokens
-    ids = [hand_ids(t) for t in TEXTS if t]
-    sums, counts = zip(*(reference_nll(model, [i], 1) for i in ids))
-    if batch_size == 1:
-        assert result["nll_sum"] == pytest.approx(sum(sums), rel=1e-5)
-        assert [p for p in per_sample if p is not None] == pytest.approx(
-            [math.exp(s / c) for s, c in zip(sums, counts)], rel=1e-5)
-
-
-def test_empty_samples_are_skipped(model, tokenizer):
-    with_empty = gen_ppl(["", "a b c", "", "d e"], model, tokenizer, batch_size=2, progress=False)
+def test_empty_and_whitespace_only_samples_are_dropped(model, tokenizer):
+    with_empty = gen_ppl(["", "a b c", " \n\t", "d e"], model, tokenizer, batch_size=2,
+                         progress=False)
     without = gen_ppl(["a b c", "d e"], model, tokenizer, batch_size=2, progress=False)
     assert with_empty["n_empty"] == 2 and without["n_empty"] == 0
+    assert with_empty["n_samples"] == 2 and with_empty["per_sample"][2] is None
     assert with_empty["gen_ppl"] == pytest.approx(without["gen_ppl"], rel=1e-6)
-    nothing = gen_ppl(["", ""], model, tokenizer, progress=False)
+    with pytest.warns(UserWarning, match="no counted target"):
+        nothing = gen_ppl(["", "  "], model, tokenizer, progress=False)
     assert math.isnan(nothing["gen_ppl"]) and nothing["n_empty"] == 2
+    # entropy drops them too: " \n\t" would otherwise count as a sample of entropy 0
+    entropy = text_entropy(["a b", " \n\t", "c"], tokenizer)
+    assert entropy["n_empty"] == 1 and entropy["n_samples"] == 2
+    assert entropy["entropy"] == pytest.approx(math.log(2) / 2)
+    assert entropy["per_sample"][1] is None
+
+
+def test_one_token_texts_are_scored_without_an_exception(model, tokenizer):
+    """A batch whose texts are one token long: with a longer text in the set each still predicts its
+    padding EOS; if the whole set is one token long nothing is predicted (nan, with a warning)."""
+    mixed = gen_ppl(["a", "b", "a b c"], model, tokenizer, batch_size=2, progress=False)
+    rows = reference_rows(model, [[1], [2], [1, 2, 3]])
+    assert [r[1] for r in rows] == [1, 1, 2] and mixed["n_scored_tokens"] == 4
+    assert mixed["per_sample"][:2] == pytest.approx([math.exp(r[0]) for r in rows[:2]], rel=1e-5)
+    with pytest.warns(UserWarning, match="no counted target"):
+        alone = gen_ppl(["a", "b"], model, tokenizer, batch_size=1, progress=False)
+    assert math.isnan(alone["gen_ppl"]) and alone["per_sample"] == [None, None]
+    assert alone["n_samples"] == 2 and alone["n_scored_tokens"] == 0
 
 
 def test_counted_targets_rule():

@@ -1,7 +1,7 @@
 """Tests of elf/train/optim.py: Muon / Nesterov-Adam against the authors' fixtures, schedule, clipping, EMA.
 
 Run: ``python -m pytest tests/test_optim.py -q`` from the repository root. The fixture tests read
-``shared/fixtures`` beside the repository (or ``$ELF_FIXTURES``) and skip if it is missing.
+the repacked copy in ``tests/fixtures`` (or the originals in ``$ELF_FIXTURES``).
 """
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,17 +17,12 @@ from torch import nn
 from elf.config import OptimSettings
 from elf.train.optim import (EMA, ElfOptimizer, Muon, NesterovAdam, build_optimizer, clip_grad_norm,
                              lr_at, muon_scale, newton_schulz)
-
-FIXTURES = Path(os.environ.get("ELF_FIXTURES",
-                               Path(__file__).resolve().parents[2] / "shared" / "fixtures"))
+from tests.fixtures_util import load_fixture
 
 
 @functools.lru_cache(maxsize=None)
 def _fixture(name: str) -> dict:
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {path} not found (set ELF_FIXTURES or put shared/ beside the repo)")
-    return torch.load(path, weights_only=True)
+    return load_fixture(name)
 
 
 @pytest.fixture(scope="module")
@@ -268,12 +261,70 @@ def test_build_adamw_and_set_lr():
 
 
 def test_lr_schedule_warmup_then_constant():
+    """The authors' LambdaLR: optimiser step k runs at base·(k − 1)/w, step 1 at 0, step w + 1 at base."""
     settings = OptimSettings(blr=1e-3, warmup_steps=4)
-    values = [lr_at(k, settings, batch_size=512) for k in range(1, 7)]
-    assert values == pytest.approx([0.5e-3, 1e-3, 1.5e-3, 2e-3, 2e-3, 2e-3])
+    values = [lr_at(k, settings, batch_size=512) for k in range(1, 8)]
+    assert values == pytest.approx([0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 2e-3, 2e-3])
     assert lr_at(1, OptimSettings(blr=1e-3, warmup_steps=0), batch_size=128) == pytest.approx(0.5e-3)
     with pytest.raises(ValueError):
         lr_at(0, settings, batch_size=512)
+
+
+@pytest.mark.parametrize("name", ["train_step_uncond.pt", "train_step_cond.pt"])
+def test_schedule_gives_the_training_fixtures_lr(name):
+    """The fixtures were made without warm-up (their step 1 trains at lr 2e-3): lr_at agrees."""
+    cfg = _fixture(name)["config"]
+    opt, batch = cfg["optimizer"], cfg["batch_size"]
+    settings = OptimSettings(blr=opt["lr"] * 256 / batch, warmup_steps=opt["warmup_steps"])
+    assert opt["warmup_steps"] == 0
+    assert lr_at(opt["optimizer_step_index"], settings, batch) == pytest.approx(opt["lr"])
+
+
+def test_first_warmup_step_at_lr_zero_advances_the_optimiser_state():
+    """Step 1 of a warm-up moves no weight, but its moments count: step 2 is then the optimiser's
+    second step (Nesterov-Adam: m = 0.1·g₁ carried, v likewise, bias corrections of k = 2)."""
+    w = nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    b = nn.Parameter(torch.tensor([0.5, -0.5]))
+    settings = OptimSettings(blr=1e-3, warmup_steps=2)
+    opt = build_optimizer([("w", w), ("b", b)], settings, lr=lr_at(1, settings, 256))
+    g1, g2 = torch.tensor([0.2, -0.4]), torch.tensor([0.1, 0.3])
+    before = (w.detach().clone(), b.detach().clone())
+    w.grad, b.grad = torch.ones(2, 2), g1.clone()
+    opt.step()
+    assert torch.equal(w.detach(), before[0]) and torch.equal(b.detach(), before[1])
+    assert opt.optimizers[1].state[b]["step"] == 1
+    lr2 = lr_at(2, settings, 256)
+    opt.set_lr(lr2)
+    w.grad, b.grad = torch.ones(2, 2), g2.clone()
+    opt.step()
+    m = 0.9 * 0.1 * g1 + 0.1 * g2
+    v = 0.999 * 0.001 * g1 ** 2 + 0.001 * g2 ** 2
+    m_hat = 0.9 * m / (1 - 0.9 ** 3) + 0.1 * g2 / (1 - 0.9 ** 2)
+    v_hat = v / (1 - 0.999 ** 2)
+    assert lr2 == pytest.approx(0.5e-3)
+    torch.testing.assert_close(b.detach(), before[1] - lr2 * m_hat / (v_hat.sqrt() + 1e-8),
+                               rtol=1e-6, atol=1e-9)
+
+
+def test_muon_steps_a_parameter_without_gradient_with_its_momentum():
+    """The authors' Muon zero-fills a missing gradient: the buffer decays to 0.95·m and is applied."""
+    torch.manual_seed(0)
+    g = torch.randn(3, 5)
+    params = [nn.Parameter(torch.zeros(3, 5)) for _ in range(2)]
+    opts = [Muon([p], lr=0.1) for p in params]
+    for p, opt in zip(params, opts):
+        p.grad = g.clone()
+        opt.step()
+    after_one = params[0].detach().clone()
+    params[0].grad = None                      # missing gradient ...
+    params[1].grad = torch.zeros(3, 5)         # ... is the same as a zero one
+    for opt in opts:
+        opt.step()
+    assert torch.equal(params[0].detach(), params[1].detach())
+    assert opts[0].state[params[0]]["step"] == 2
+    buf = 0.95 * (0.05 * g)                    # lerp(m, 0, 0.05) after m = 0.05·g
+    expected_move = 0.1 * newton_schulz(0.95 * buf / (1 - 0.95 ** 3)) * muon_scale((3, 5), False)
+    torch.testing.assert_close(after_one - params[0].detach(), expected_move, rtol=1e-5, atol=1e-7)
 
 
 def test_clip_grad_norm_scales_every_gradient():

@@ -258,3 +258,37 @@ def test_trajectory_rejects_bad_times(assets, tmp_path, at, capsys):
     assert trajectory(assets, tmp_path / "t.json", at, SAMPLER) == 2
     assert "--at" in capsys.readouterr().err
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("flag, sampler_precision, expected", [
+    ([], "policy", "fp32"),                              # the checkpoint records no policy: fp32
+    (["--precision", "bf16"], "policy", "bf16"),         # the experiment's policy (paper config)
+    (["--precision", "bf16"], "fp32", "fp32"),           # the sampler setting's fp32 switch
+])
+def test_rollout_runs_under_the_precision_policy(assets, tmp_path, monkeypatch, flag,
+                                                 sampler_precision, expected):
+    from elf.model import ELF
+
+    autocast_on, forward = [], ELF.forward
+
+    def spy(self, *args, **kwargs):
+        autocast_on.append(torch.is_autocast_enabled("cpu"))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(ELF, "forward", spy)
+    out = tmp_path / "s.jsonl"
+    assert main(["sample", "--checkpoint", str(assets / "run"), "--sampler",
+                 json.dumps({**SAMPLER, "precision": sampler_precision}), "--seed", "0", "--n", "2",
+                 "--tokenizer", str(assets / "tok"), "--out", str(out), "--no-progress", *flag]) == 0
+    assert read_samples(out)[0]["precision"] == expected
+    assert autocast_on and set(autocast_on) == {expected == "bf16"}
+
+
+def test_rollout_precision_defaults_to_the_checkpoints_policy():
+    from argparse import Namespace
+
+    policy, fp32 = SamplerSettings(), SamplerSettings(precision="fp32")
+    trained_bf16 = {"precision": "bf16"}
+    assert sample_stage.rollout_precision(Namespace(precision=None), policy, trained_bf16) == "bf16"
+    assert sample_stage.rollout_precision(Namespace(precision=None), policy, {}) == "fp32"
+    assert sample_stage.rollout_precision(Namespace(precision="bf16"), fp32, trained_bf16) == "fp32"

@@ -128,6 +128,29 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
         text_entropy(texts, tokenizer, max_length=32)["per_sample"])
 
 
+def test_score_stage_bf16_policy_loads_the_scorer_in_bf16(scorer_dir, tmp_path):
+    """``--precision bf16`` (the paper config): the scorer's weights in bf16, as the released scorer."""
+    header = {"run": "owt-b", "sampler": "sde32", "seed": 0, "code_version": "test"}
+    samples = tmp_path / "seed0.jsonl"
+    texts = sentences(3, 6)
+    write_samples(samples, header, [{"i": i, "text": t, "token_ids": [1]} for i, t in enumerate(texts)])
+    scores = {}
+    for precision in ("fp32", "bf16"):
+        out = tmp_path / f"{precision}.json"
+        assert main(["score", "--samples", str(samples), "--scorer", str(scorer_dir), "--device", "cpu",
+                     "--precision", precision, "--out", str(out)]) == 0
+        scores[precision] = read_json(out)
+    settings = scores["bf16"]["provenance"]["metrics_settings"]
+    assert settings["scorer_dtype"] == "bfloat16"
+    assert scores["fp32"]["provenance"]["metrics_settings"]["scorer_dtype"] == "float32"
+    model, tokenizer = load_scorer(scorer_dir, dtype=torch.bfloat16)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    expected = gen_ppl(texts, model, tokenizer, progress=False)["gen_ppl"]
+    bf16, fp32 = scores["bf16"]["metrics"]["gen_ppl"], scores["fp32"]["metrics"]["gen_ppl"]
+    assert bf16 == pytest.approx(expected, rel=1e-6)
+    assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05)
+
+
 def test_score_stage_reference_texts(scorer_dir, corpus, tmp_path):
     out = tmp_path / "dataset.json"
     assert main(["score", "--reference-texts", str(corpus), "--n", "5", "--scorer", str(scorer_dir),

@@ -41,9 +41,10 @@ def test_rouge_equals_direct_rouge_score_call():
     for rouge_type in ("rouge1", "rouge2", "rougeL"):
         values = [100 * scorer.score(r, h)[rouge_type].fmeasure for h, r in zip(HYPS, REFS)]
         mean = sum(values) / len(values)
-        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))  # population (authors)
         assert result[rouge_type] == pytest.approx(mean)
         assert result[f"{rouge_type}_se"] == pytest.approx(sd / 2.0)  # sqrt(4) examples
+        assert len(set(values)) > 1  # so the sample deviation (÷ 3) would differ
     assert result["n_examples"] == 4
 
 
@@ -68,6 +69,7 @@ def test_rouge_stems():
 def test_mean_and_se_by_hand():
     assert mean_and_se([1.0, 2.0, 3.0, 6.0]) == pytest.approx((3.0, math.sqrt(14 / 3 / 4)))
     assert mean_and_se([5.0]) == (5.0, 0.0)
+    assert mean_and_se([1.0, 2.0, 3.0, 6.0], ddof=0) == pytest.approx((3.0, math.sqrt(14 / 4 / 4)))
 
 
 def write_conditional_samples(path):

@@ -1,7 +1,8 @@
 """Unigram entropy of samples (spec §6): the diversity axis of the paper's PPL–entropy plots.
 
 Per sample, the entropy (nats) of the empirical distribution of its scorer-tokenizer (GPT-2) token ids;
-reported as the mean over non-empty samples. ``elf score`` passes the ids the scorer sees (truncated
+reported as the mean over the samples scored: as for Gen. PPL, samples whose text is empty after
+``strip()`` are dropped (the released scorer), so a whitespace-only sample does not count as entropy 0. ``elf score`` passes the ids the scorer sees (truncated
 at its context, 1024 for GPT-2): unigram entropy grows with length, so real documents scored for the
 "Dataset" line are cut at the same length as the samples rather than counted whole.
 
@@ -15,7 +16,7 @@ import math
 from collections import Counter
 from typing import Sequence
 
-from elf.evaluate.genppl import retokenize
+from elf.evaluate.genppl import retokenize, scored_texts
 
 
 def unigram_entropy(token_ids: Sequence[int]) -> float:
@@ -38,5 +39,10 @@ def mean_entropy(token_id_lists: Sequence[Sequence[int]]) -> dict:
 
 def text_entropy(texts: Sequence[str], tokenizer, max_length: int | None = None) -> dict:
     """``mean_entropy`` of ``texts`` retokenised with ``tokenizer``, truncated to ``max_length``
-    tokens (None: whole texts)."""
-    return mean_entropy(retokenize(texts, tokenizer, max_length))
+    tokens (None: whole texts); texts empty after ``strip()`` are dropped (``n_empty``, per-sample
+    None)."""
+    kept = scored_texts(texts)
+    token_lists: list[list[int]] = [[] for _ in texts]
+    for i, ids in zip(kept, retokenize([texts[i] for i in kept], tokenizer, max_length)):
+        token_lists[i] = ids
+    return mean_entropy(token_lists)

@@ -1,15 +1,19 @@
 """Generative perplexity of texts under a causal LM scorer (GPT-2 Large in the paper), spec §6.
 
-Pure computation: the caller passes the texts, the model and its tokenizer (``elf score`` loads them).
+Pure computation: the caller passes the texts, the model and its tokenizer (``elf score`` loads them,
+in bf16 under the bf16 precision policy as the authors do: ``elf.precision.scorer_dtype``).
 
-Protocol (the released scorer, reproduced exactly):
-- retokenise each text with the scorer's tokenizer, truncated to 1024 tokens (or the model's context if
-  smaller); texts with no token are skipped and counted (``n_empty``);
-- batches of ``batch_size`` (64) consecutive samples, right-padded with EOS to the batch's longest;
+Protocol (the released scorer, spec §6 corrected, reproduced exactly):
+- texts empty after ``strip()`` are dropped before scoring and counted (``n_empty``);
+- all remaining texts are retokenised in one call, truncated to 1024 tokens (or the model's context if
+  smaller), and right-padded with EOS to the longest text of the **whole set**; only then are they sliced
+  into batches of ``batch_size`` (64), so the score does not depend on the batch size;
 - token NLLs from position 1 on; a target position counts if its token is not EOS, or if it is the
-  sequence's first EOS. For a sample without an EOS of its own that first EOS is its first padding token,
-  so every sample but the batch's longest is charged one EOS prediction: the score depends on the batching;
-- corpus PPL = exp(Σ counted NLL / Σ counted tokens).
+  sequence's first EOS. For a text without an EOS of its own that first EOS is its first padding token:
+  every text but the set's longest is charged one EOS prediction;
+- corpus PPL = exp(Σ counted NLL / Σ counted tokens), NLLs in fp32 from the scorer's logits.
+A text with no counted target (the set's longest text is one token long) has no perplexity of its own;
+if no text has one the corpus value is nan (written as null). Both cases warn instead of dividing by 0.
 
     from elf.evaluate.genppl import gen_ppl
     result = gen_ppl(texts, model, tokenizer, batch_size=64)   # {"gen_ppl", "n_empty", ...}
@@ -18,6 +22,7 @@ Protocol (the released scorer, reproduced exactly):
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import torch
@@ -63,57 +68,67 @@ def counted_targets(input_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (~is_eos | first_eos)[:, 1:]
 
 
+def scored_texts(texts: Sequence[str]) -> list[int]:
+    """Indices of the texts that are scored: those not empty after ``strip()`` (the released scorer)."""
+    return [i for i, text in enumerate(texts) if text.strip()]
+
+
 @torch.inference_mode()
-def target_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               autocast_dtype: torch.dtype | None) -> torch.Tensor:
-    """(B, T−1) fp32 NLL of token t+1 given tokens ≤ t, for every position of a padded batch."""
-    device = input_ids.device
-    with torch.autocast(device_type=device.type, dtype=autocast_dtype or torch.float32,
-                        enabled=autocast_dtype is not None):
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+def target_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T−1) fp32 NLL of token t+1 given tokens ≤ t, for every position of a padded batch; the
+    forward runs in the model's own dtype (bf16 weights under the bf16 policy)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
     # Row by row in fp32: a (64, 1024, 50257) fp32 copy would need 13 GB.
     return torch.stack([F.cross_entropy(logits[row, :-1].float(), input_ids[row, 1:], reduction="none")
                         for row in range(input_ids.shape[0])])
 
 
 def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
-            device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-            max_length: int = GPT2_CONTEXT, progress: bool = True) -> dict:
+            device: str | torch.device | None = None, max_length: int = GPT2_CONTEXT,
+            progress: bool = True) -> dict:
     """Corpus generative perplexity of ``texts`` (protocol in the module docstring).
 
-    ``device`` defaults to the model's; ``dtype`` is the autocast dtype, by default bf16 on CUDA and
-    none (fp32) elsewhere. Returns ``gen_ppl`` (nan if nothing was scored), ``n_empty``,
+    ``device`` defaults to the model's. Returns ``gen_ppl`` (nan if nothing was scored), ``n_empty``,
     ``n_scored_tokens``, ``nll_sum``, ``n_samples`` (texts scored, empty ones excluded) and
-    ``per_sample``: each text's own perplexity over the targets counted for it in its batch (the
-    released scorer's first padding EOS included), None for an empty text."""
+    ``per_sample``: each text's own perplexity over its counted targets (its first padding EOS
+    included), None for an empty text or one without a counted target."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the scorer's tokenizer has no EOS token")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token  # as the released scorer does (spec §6)
     device = torch.device(device) if device is not None else next(model.parameters()).device
-    if dtype is None and device.type == "cuda":
-        dtype = torch.bfloat16
-    if dtype == torch.float32:
-        dtype = None
     eos_id = tokenizer.eos_token_id
     model.eval()
-    token_lists = retokenize(texts, tokenizer, scoring_context(model, max_length))
-    scored_index = [i for i, ids in enumerate(token_lists) if ids]
-    scored = [token_lists[i] for i in scored_index]
-    per_sample: list[float | None] = [None] * len(token_lists)
-    nll_sum, n_counted = 0.0, 0
-    starts = range(0, len(scored), batch_size)
-    for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
-        input_ids, attention_mask = pad_right(scored[start:start + batch_size], eos_id)
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        counted = counted_targets(input_ids, eos_id)
-        nll = target_nll(model, input_ids, attention_mask, dtype)
-        nll_sum += float(nll[counted].double().sum())
-        n_counted += int(counted.sum())
-        row_nll = (nll.double() * counted).sum(1).tolist()
-        for k, (row_sum, row_count) in enumerate(zip(row_nll, counted.sum(1).tolist())):
-            per_sample[scored_index[start + k]] = math.exp(row_sum / row_count)
+    kept = scored_texts(texts)
+    per_sample: list[float | None] = [None] * len(texts)
+    token_lists = retokenize([texts[i] for i in kept], tokenizer, scoring_context(model, max_length))
+    row_sums, row_counts = _score_rows(model, token_lists, eos_id, batch_size, device, progress)
+    for k, (row_sum, row_count) in enumerate(zip(row_sums.tolist(), row_counts.tolist())):
+        per_sample[kept[k]] = math.exp(row_sum / row_count) if row_count else None
+    nll_sum, n_counted = float(row_sums.sum()), int(row_counts.sum())
+    if kept and not row_counts.all():
+        warnings.warn(f"Gen. PPL: {int((row_counts == 0).sum())} of {len(kept)} texts have no counted "
+                      "target token (the longest text is one token long): no perplexity of their own",
+                      stacklevel=2)
+    if not n_counted:
+        warnings.warn("Gen. PPL: no counted target token in any text; the score is nan", stacklevel=2)
     ppl = math.exp(nll_sum / n_counted) if n_counted else float("nan")
-    return {"gen_ppl": ppl, "n_empty": len(token_lists) - len(scored),
-            "n_scored_tokens": n_counted, "nll_sum": nll_sum, "n_samples": len(scored),
-            "per_sample": per_sample}
+    return {"gen_ppl": ppl, "n_empty": len(texts) - len(kept), "n_scored_tokens": n_counted,
+            "nll_sum": nll_sum, "n_samples": len(kept), "per_sample": per_sample}
+
+
+def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progress: bool):
+    """(Σ counted NLL, number of counted targets) per text, float64 and int64 tensors (N,): the whole
+    set padded at once with EOS to its longest, then scored in slices of ``batch_size``."""
+    if not token_lists:
+        return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
+    input_ids, attention_mask = pad_right(token_lists, eos_id)
+    counted = counted_targets(input_ids, eos_id)                             # (N, T−1)
+    row_sums = torch.zeros(len(token_lists), dtype=torch.float64)
+    if counted.shape[1]:  # the longest text has a token after its first
+        starts = range(0, len(token_lists), batch_size)
+        for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
+            rows = slice(start, start + batch_size)
+            nll = target_nll(model, input_ids[rows].to(device), attention_mask[rows].to(device))
+            row_sums[rows] = (nll.double().cpu() * counted[rows]).sum(1)
+    return row_sums, counted.sum(1)

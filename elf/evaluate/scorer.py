@@ -11,7 +11,7 @@ No I/O here except ``save_scorer`` / ``load_scorer``; ``elf scorer`` (elf/stages
     tokenizer = train_bpe_tokenizer(texts, vocab_size=1024, context=256)
     model, losses = train_scorer_model(texts, tokenizer, settings)
     save_scorer(model, tokenizer, "results/scorer", provenance)
-    model, tokenizer = load_scorer("results/scorer")      # or load_scorer("gpt2-large")
+    model, tokenizer = load_scorer("results/scorer")      # or load_scorer("gpt2-large", "cuda", torch.bfloat16)
 """
 
 from __future__ import annotations
@@ -127,10 +127,12 @@ def save_scorer(model, tokenizer, out_dir: str | os.PathLike, provenance: dict) 
         write_json(Path(tmp) / "provenance.json", provenance)
 
 
-def load_scorer(name_or_path: str | os.PathLike, device: str | torch.device = "cpu"):
-    """(model in eval mode on ``device``, tokenizer with pad = EOS) from a folder or a hub name."""
+def load_scorer(name_or_path: str | os.PathLike, device: str | torch.device = "cpu",
+                dtype: torch.dtype = torch.float32):
+    """(model in eval mode on ``device`` with weights in ``dtype``, tokenizer with pad = EOS) from a
+    folder or a hub name (the authors load GPT-2 Large in bf16: ``elf.precision.scorer_dtype``)."""
     tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path)).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=dtype).to(device).eval()
     return model, tokenizer

@@ -3,7 +3,8 @@
 - BLEU: sacreBLEU corpus BLEU, lowercased, effective order (the signature records both: ``case:lc``,
   ``eff:yes``), default 13a tokenisation, one reference per hypothesis.
 - ROUGE-1/2/L: Google's ``rouge_score`` with the Porter stemmer; mean F1 × 100 over examples and its
-  standard error over examples (sample std, ddof = 1, / sqrt(n); 0 for one example).
+  standard error over examples with the population deviation, as the authors compute it
+  (std with ddof = 0, / sqrt(n); 0 for one example).
 
     from elf.evaluate.textmetrics import bleu, rouge
     score, signature = bleu(hypotheses, references)
@@ -17,7 +18,9 @@ from typing import Sequence
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 BLEU_SETTINGS = {"lowercase": True, "effective_order": True}
-ROUGE_SETTINGS = {"rouge_types": list(ROUGE_TYPES), "use_stemmer": True, "statistic": "fmeasure"}
+ROUGE_SE_DDOF = 0  # the authors' ROUGE standard error uses the population deviation
+ROUGE_SETTINGS = {"rouge_types": list(ROUGE_TYPES), "use_stemmer": True, "statistic": "fmeasure",
+                  "se_ddof": ROUGE_SE_DDOF}
 
 
 def _check_pairs(hyps: Sequence[str], refs: Sequence[str]) -> None:
@@ -47,13 +50,14 @@ def sentence_bleus(hyps: Sequence[str], refs: Sequence[str]) -> list[float]:
     return [float(metric.sentence_score(hyp, [ref]).score) for hyp, ref in zip(hyps, refs)]
 
 
-def mean_and_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error (sample std with ddof = 1, / sqrt(n)); SE 0 for a single value."""
+def mean_and_se(values: Sequence[float], ddof: int = 1) -> tuple[float, float]:
+    """Mean and standard error (std with ``ddof``: 1 sample, 0 population; / sqrt(n)); SE 0 for a
+    single value."""
     n = len(values)
     mean = sum(values) / n
     if n == 1:
         return mean, 0.0
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    variance = sum((v - mean) ** 2 for v in values) / (n - ddof)
     return mean, math.sqrt(variance / n)
 
 
@@ -72,7 +76,7 @@ def rouge(hyps: Sequence[str], refs: Sequence[str]) -> dict:
     per_example = rouge_per_example(hyps, refs)
     result: dict = {}
     for rouge_type in ROUGE_TYPES:
-        mean, se = mean_and_se([s[rouge_type] for s in per_example])
+        mean, se = mean_and_se([s[rouge_type] for s in per_example], ddof=ROUGE_SE_DDOF)
         result[rouge_type], result[f"{rouge_type}_se"] = mean, se
     result["n_examples"] = len(per_example)
     return result

@@ -10,15 +10,19 @@ Per example (batch tensors as in ``elf.flow.objective``):
       x̂₀  = teacher([z_s ; 0], t_s, w)                               gradient-free
       sc   = x̂₀ on self-conditioning rows (p 0.5), zeros otherwise     the student's self-cond half
       teacher: τ_0 = t_s < τ_1 < … < τ_K = t_t, τ_1..τ_{K−1} sorted logit-normal points in the span,
-               x̂_k = teacher([z_k ; sc_k], τ_k, w),  z_{k+1} = z_k + (τ_{k+1} − τ_k)·(x̂_k − z_k)/(1 − τ_k),
+               x̂_k = teacher([z_k ; sc_k], τ_k, w),
+               z_{k+1} = z_k + (τ_{k+1} − τ_k)·(x̂_k − z_k)/max(1 − τ_k, t_eps),
                sc_0 = sc, sc_{k+1} = x̂_k                               chained self-conditioning
-      x̃ = z_s + (1 − t_s)/(t_t − t_s)·(z_K − z_s)    (x̂_0 of the chain when t_t − t_s < 1e-3)
+      x̃ = z_s + (1 − t_s)/(t_t − t_s)·(z_K − z_s)    (x̂_{K−1}, the last sub-step's, when t_t − t_s < 1e-3)
       loss per token = mean_d (x̂_student([z_s ; sc], t_s, w) − x̃)²  (no velocity weighting)
 
   x̃ is the x̂ with which one student Euler step from (z_s, t_s) lands where the teacher's K sub-steps
-  land. It is a weighted average of the teacher's sub-step predictions: a teacher that predicts a fixed
-  x gives x̃ = x for every span and K (tests/test_distill.py checks this and the general weights).
-- Total = (Σ CE·mask_decode + Σ MSE·mask_distill) / Σ mask, one denominator as in training.
+  land. While every τ_k ≤ 1 − t_eps it is a weighted average of the teacher's sub-step predictions: a
+  teacher that predicts a fixed x gives x̃ = x for every span and K (tests/test_distill.py checks this,
+  the general weights, and the clamped region).
+- Total (spec §7, the authors' ``distill_train_step``): each example's masked mean over its tokens
+  (CE on decode rows, MSE on distillation rows), then the plain mean over the batch's examples. Unlike
+  training (one Σ mask denominator), an example with few loss tokens weighs as much as a full one.
 
 Choices the spec leaves open (made here, documented so they can be changed deliberately):
 - The teacher uses the row's sampled SC-CFG scale ``w`` (the student's) in every call, mode off.
@@ -27,13 +31,8 @@ Choices the spec leaves open (made here, documented so they can be changed delib
   the target is the teacher's own sampling trajectory from noise. Teacher calls per step: 1 + K.
 - Sub-step points are drawn per example, logit-normal with the training time law (``t_mean``,
   ``t_std``; the sampler grid's defaults −1.5, 0.8), sorted, rescaled into the row's span.
-- The teacher's Euler update divides by (1 − τ), not max(1 − τ, t_eps): τ_k < t_t ≤ 1 and the update is
-  the convex step z ← (1 − r)·z + r·x̂ with r = (τ_{k+1} − τ_k)/(1 − τ_k) ≤ 1, so no clamp is needed, and
-  the sub-steps are then exact for a constant x̂. The clamp only differs for τ > 1 − t_eps (0.95). The
-  target formula likewise uses (1 − t_s); it inverts the student's clamped Euler step whenever
-  Δ ≥ t_eps (every round of the curriculum: Δ ≥ 1/16), since 1 − t_s ≥ Δ.
-- Small-span fallback (Δ < 1e-3, i.e. more than 1000 student steps): x̃ = the teacher's first
-  sub-step prediction x̂ at (z_s, t_s), avoiding the division by a tiny span.
+- The target formula is spec §7's, (1 − t_s) unclamped; it inverts the student's clamped Euler step
+  whenever Δ ≥ t_eps (every round of the curriculum: Δ ≥ 1/16), since 1 − t_s ≥ Δ.
 - Teacher forwards run on the distillation rows only (decode rows never need them).
 - Conditional data: source positions stay at the clean x in z_s, in the teacher's states and
   predictions, and in every self-conditioning half (as in training and sampling); label drop as in
@@ -47,11 +46,10 @@ from dataclasses import dataclass, fields
 import torch
 
 from elf.config import DistillSettings, ObjectiveSettings
-from elf.flow.objective import (StepOutput, clean_embeddings, combine_branches,
-                                decode_cross_entropy, loss_mask)
-from elf.flow.paths import interpolate, logit_normal, sc_cfg_scale, x_from_output
+from elf.flow.objective import StepOutput, clean_embeddings, decode_cross_entropy, loss_mask
+from elf.flow.paths import interpolate, logit_normal, sc_cfg_scale, velocity, x_from_output
 
-SMALL_SPAN = 1e-3  # below this span the target is the teacher's direct x̂ (spec §7)
+SMALL_SPAN = 1e-3  # below this span the target is the teacher's last sub-step x̂ (spec §7)
 
 
 @dataclass
@@ -123,36 +121,54 @@ def teacher_trajectory(teacher, z_s: torch.Tensor, self_cond: torch.Tensor, time
                        source: torch.Tensor | None = None, x_clean: torch.Tensor | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """The teacher's K Euler sub-steps over ``times`` (B, K+1) from ``z_s`` with chained
-    self-conditioning starting at ``self_cond``. Returns (z at τ_K, the first sub-step's x̂).
-    ``source`` (B, L, 1) bool pins those positions of every x̂ to ``x_clean``. Call without grad."""
-    z, sc, first = z_s, self_cond, None
+    self-conditioning starting at ``self_cond``; velocities use max(1 − τ, t_eps) as in sampling.
+    Returns (z at τ_K, the last sub-step's x̂). ``source`` (B, L, 1) bool pins those positions of
+    every x̂ to ``x_clean``. Call without grad."""
+    z, sc, x_hat = z_s, self_cond, None
     for k in range(times.shape[1] - 1):
         tau, tau_next = times[:, k], times[:, k + 1]
         x_hat = network_x(teacher, z, sc, tau, w, prediction, s)
         if source is not None:
             x_hat = torch.where(source, x_clean, x_hat)
-        first = x_hat if first is None else first
-        z = z + _col(tau_next - tau) * (x_hat - z) / _col(1 - tau)
+        z = z + _col(tau_next - tau) * velocity(x_hat, z, tau, s.t_eps)
         sc = x_hat
-    return z, first
+    return z, x_hat
 
 
 def distill_target(z_s: torch.Tensor, z_t: torch.Tensor, t_s: torch.Tensor, t_t: torch.Tensor,
                    x_direct: torch.Tensor) -> torch.Tensor:
-    """x̃ = z_s + (1 − t_s)/(t_t − t_s)·(z_t − z_s); ``x_direct`` on rows whose span is < 1e-3."""
+    """x̃ = z_s + (1 − t_s)/(t_t − t_s)·(z_t − z_s); ``x_direct`` (the teacher's last sub-step x̂) on
+    rows whose span is < 1e-3."""
     span = t_t - t_s
     x_tilde = z_s + _col((1 - t_s) / span.clamp_min(SMALL_SPAN)) * (z_t - z_s)
     return torch.where(_col(span < SMALL_SPAN), x_direct, x_tilde)
 
 
+def per_example_loss(ce_per_token: torch.Tensor, mse_per_token: torch.Tensor,
+                     decode_row: torch.Tensor, mask: torch.Tensor, batch_rows: int | None = None):
+    """Each example's masked mean over its tokens (CE on decode rows, MSE on the others), then
+    Σ over examples / ``batch_rows`` (the global batch's rows; default this batch's). Returns
+    (loss, mean CE over decode rows, mean MSE over distillation rows, sums) with
+    sums = [Σ example CE, Σ example MSE, decode rows, distillation rows] for logging."""
+    tokens = mask.sum(1).clamp_min(1)
+    ce_rows = (ce_per_token * mask).sum(1) / tokens
+    mse_rows = (mse_per_token * mask).sum(1) / tokens
+    ce_sum, mse_sum = (ce_rows * decode_row).sum(), (mse_rows * (1 - decode_row)).sum()
+    n_decode, n_distill = decode_row.sum(), (1 - decode_row).sum()
+    rows = decode_row.numel() if batch_rows is None else batch_rows
+    sums = torch.stack([ce_sum, mse_sum, n_decode, n_distill]).detach()
+    return ((ce_sum + mse_sum) / rows, (ce_sum / n_decode.clamp_min(1)).detach(),
+            (mse_sum / n_distill.clamp_min(1)).detach(), sums)
+
+
 def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: ObjectiveSettings, *,
                  student_prediction: str = "x", teacher_prediction: str = "x",
-                 loss_covers_padding: bool = False,
-                 denominator: torch.Tensor | None = None) -> StepOutput:
+                 loss_covers_padding: bool = False, batch_rows: int | None = None) -> StepOutput:
     """The ELF+PD loss of spec §7 on one batch, given the step's draws (see module docstring).
 
-    ``denominator`` overrides Σ mask (the loop passes the global batch's mask sum, as in training).
-    ``sums`` = [Σ CE·mask, Σ MSE·mask, Σ mask on decode rows, Σ mask on distillation rows]."""
+    ``batch_rows``: the global batch's number of examples when this batch is one micro-batch or
+    rank's slice of it (the loop), so that the slices' summed losses equal the whole batch's.
+    ``sums`` as ``per_example_loss``'s."""
     src = batch["cond_seq_mask"][..., None] > 0                            # (B, L, 1)
     x0 = clean_embeddings(batch, draws.label_drop)
     t_s, w, dec = draws.t_s, draws.w, draws.decode_row
@@ -172,10 +188,10 @@ def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: Objectiv
             sc_empty = torch.where(r_src, r_x0, torch.zeros_like(r_x0))
             x_hat_first = network_x(teacher, r_z, sc_empty, r_t, r_w, teacher_prediction, s)
             r_sc = torch.where(r_src, r_x0, x_hat_first * _col(draws.use_self_cond[rows]))
-            z_t, x_direct = teacher_trajectory(teacher, r_z, r_sc, draws.times[rows], r_w, s,
-                                               prediction=teacher_prediction, source=r_src,
-                                               x_clean=r_x0)
-            r_target = distill_target(r_z, z_t, r_t, draws.t_t[rows], x_direct)
+            z_t, x_last = teacher_trajectory(teacher, r_z, r_sc, draws.times[rows], r_w, s,
+                                             prediction=teacher_prediction, source=r_src,
+                                             x_clean=r_x0)
+            r_target = distill_target(r_z, z_t, r_t, draws.t_t[rows], x_last)
         sc_half = sc_half.index_put((rows,), r_sc)
         target = target.index_put((rows,), r_target)
         calls = 1 + draws.substeps
@@ -191,8 +207,8 @@ def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: Objectiv
 
     ce_per_token = decode_cross_entropy(logits, batch["input_ids"], decode_rows, like=mse_per_token)
     mask = loss_mask(batch, loss_covers_padding)
-    loss, ce_loss, mse_loss, sums = combine_branches(ce_per_token, mse_per_token, dec, mask,
-                                                     denominator)
+    loss, ce_loss, mse_loss, sums = per_example_loss(ce_per_token, mse_per_token, dec, mask,
+                                                     batch_rows)
     parts = dict(z_s=z_s, z_decode=z_dec, t_main=t_main, sc_half=sc_half, target=target,
                  x_hat=x_hat.detach(), mse_per_token=mse_per_token.detach(),
                  ce_per_token=ce_per_token.detach(), loss_mask=mask, decode_rows=decode_rows,

@@ -2,6 +2,8 @@
 input-condition CFG, decode at t = 1 and post-processing. No I/O.
 
 Every random draw (grid, initial noise, SDE re-injection noise) comes from the caller's generator.
+The caller chooses the precision: ``elf sample`` runs a rollout under ``elf.precision.network_autocast``
+(the network itself keeps its heads in fp32, so states and x̂ stay fp32).
 The last step is always an ODE step. Conditional generation keeps the clean source embeddings
 pinned at the source positions throughout.
 """
@@ -15,6 +17,7 @@ import torch
 
 from elf.config import SamplerSettings
 from elf.flow.paths import logit_normal, velocity, x_from_output
+from elf.precision import full_precision
 
 
 def time_grid(s: SamplerSettings, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -135,10 +138,12 @@ def decode_logits(model, z: torch.Tensor, sc_cfg: float) -> torch.Tensor:
 @torch.no_grad()
 def decode_final(model, z: torch.Tensor, sc_cfg: float, decoder=None) -> torch.Tensor:
     """Token logits of the final state: the shared decode head (``decode_logits``), or, for a
-    denoiser-only run (Fig. 5b), the separate decoder applied to ``z`` as clean embeddings."""
+    denoiser-only run (Fig. 5b), the separate decoder applied to ``z`` as clean embeddings (in fp32
+    whatever the precision policy: it is trained in fp32)."""
     if decoder is None:
         return decode_logits(model, z, sc_cfg)
-    return decoder(z)
+    with full_precision(z):
+        return decoder(z.float())
 
 
 def cut_at_eos(ids: torch.Tensor, eos_id: int, fill_id: int) -> torch.Tensor:

@@ -15,9 +15,9 @@ same resume, DDP, EMA, clipping, logging and checkpoint machinery as ``elf train
         --out results/runs/pd_r2
 
 The ``distill`` rule (workflow/rules/distill.smk) runs it with the run's resolved settings.
-``--settings`` is the train stage's JSON (keys run, dataset, embedding, sizes); the run must be of kind
-``distill`` with a ``distill`` section (student_steps, teacher_substeps). The student's architecture is
-the init checkpoint's; the run's ``model`` settings must agree with it.
+``--settings`` is the train stage's JSON (keys run, dataset, embedding, sizes, precision); the run must
+be of kind ``distill`` with a ``distill`` section (student_steps, teacher_substeps). The student's
+architecture is the init checkpoint's; the run's ``model`` settings must agree with it.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def register(sub) -> None:
     p = sub.add_parser("distill", help="one progressive-distillation round: teacher + init → student",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", required=True,
-                   help="JSON with keys run, dataset, embedding, sizes (run kind 'distill')")
+                   help="JSON with keys run, dataset, embedding, sizes, precision (run kind 'distill')")
     p.add_argument("--teacher", required=True, help="teacher run directory (frozen; EMA weights)")
     p.add_argument("--init", required=True,
                    help="run directory whose EMA weights initialise the student (round 1: the teacher)")
@@ -136,11 +136,12 @@ def run(args) -> None:
     from elf.embed.store import open_store
     from elf.flow.distill import distill_step, draw_distill_step
     from elf.io import write_json
-    from elf.stages.train import parse_train_settings
+    from elf.stages.train import parse_precision, parse_train_settings
     from elf.train.checkpoint import checkpoint_sha256, model_meta
     from elf.train.loop import init_distributed, train
 
     run_s, data_s, emb_s, _ = parse_train_settings(args.settings)
+    precision = parse_precision(args.settings)
     if run_s.kind != "distill" or run_s.distill is None:
         raise ElfError(f"run kind is {run_s.kind!r}; `elf distill` needs a kind 'distill' run with a "
                        "`distill` section")
@@ -165,8 +166,9 @@ def run(args) -> None:
                               mean=emb_s.mean, std=emb_s.std)
     meta = model_meta(student.cfg, run=to_dict(run_s), dataset=to_dict(data_s),
                       embedding=to_dict(emb_s), store=str(args.store), tokenizer=str(args.tokenizer),
-                      store_identity=store.attrs.get("identity_hash"),
-                      normalization_stats=store.stats, num_parameters=student.num_parameters(),
+                      store_identity=store.attrs.get("identity_sha256"),
+                      normalization_stats=store.stats, precision=precision,
+                      num_parameters=student.num_parameters(),
                       teacher=str(args.teacher), teacher_sha256=checkpoint_sha256(Path(args.teacher)),
                       init=str(args.init), init_sha256=checkpoint_sha256(Path(args.init)))
     objective, rounds = run_s.objective, run_s.distill
@@ -176,15 +178,15 @@ def run(args) -> None:
     def draw_fn(global_shape, generator):
         return draw_distill_step(global_shape, objective, rounds, generator)
 
-    def step_fn(net, batch, draws, denominator):
+    def step_fn(net, batch, draws, denominator):  # per-example loss: the global row count normalises
         return distill_step(net, teacher_forward, batch, draws, objective,
                             student_prediction=run_s.model.prediction,
                             teacher_prediction=_prediction(teacher_meta),
-                            loss_covers_padding=covers_padding, denominator=denominator)
+                            loss_covers_padding=covers_padding, batch_rows=b.batch_size)
 
     train(student, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
           seq_shape=(store.seq_len, store.dim), rank=rank, world_size=world_size, device=device,
-          progress=not args.no_progress, draw_fn=draw_fn, step_fn=step_fn)
+          progress=not args.no_progress, draw_fn=draw_fn, step_fn=step_fn, precision=precision)
     batches.close()
     if rank == 0:
         write_json(Path(args.out) / TOKENS_FILE, token_record(

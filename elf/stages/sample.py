@@ -25,6 +25,7 @@ import shutil
 from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
+from elf.config import PRECISIONS
 
 
 def add_rollout_args(p) -> None:
@@ -34,6 +35,18 @@ def add_rollout_args(p) -> None:
     p.add_argument("--sampler-name", default="custom", help="the sampler's name in the config")
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (detokenisation)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="precision policy (elf/precision.py); default: the checkpoint's (its "
+                   "config.json `precision`, fp32 if none). A sampler setting with precision fp32 "
+                   "overrides it")
+
+
+def rollout_precision(args, settings, meta: dict) -> str:
+    """The precision a rollout runs in: fp32 if the sampler setting says so, else ``--precision``,
+    else the policy the checkpoint was trained under."""
+    if settings.precision == "fp32":
+        return "fp32"
+    return args.precision or meta.get("precision", "fp32")
 
 
 def register(sub) -> None:
@@ -104,6 +117,7 @@ class _Job:
 
         self.settings, self.model, self.meta, self.device = settings, model, meta, device
         self.decoder, self.tokenizer, self.source_rows = decoder, tokenizer, source_rows
+        self.precision = rollout_precision(args, settings, meta)
         conditional = source_rows is not None
         n = len(source_rows["input_ids"]) if conditional else args.n
         self.n = min(n, args.n) if conditional and args.n else n
@@ -111,8 +125,9 @@ class _Job:
             checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256,
             run=args.run_name or Path(args.checkpoint).name,
             run_config_sha256=sha256_json(meta["run"]), sampler=args.sampler_name,
-            sampler_settings=to_dict(settings), n=self.n, batch_size=args.batch_size,
-            task=meta["dataset"]["task"], eval_store=args.store, eval_tokens=args.tokens,
+            sampler_settings=to_dict(settings), precision=self.precision, n=self.n,
+            batch_size=args.batch_size, task=meta["dataset"]["task"], eval_store=args.store,
+            eval_tokens=args.tokens,
             eval_split=args.split if conditional else None,
             eval_store_identity=source_rows["store_identity"] if conditional else None,
             decoder=args.decoder, decoder_sha256=decoder_sha256)
@@ -173,7 +188,8 @@ def _sample_seed(job: _Job, args, header: dict, out: Path, partial: Path) -> Non
     for k in range(done, len(starts)):
         lo, hi = starts[k], min(starts[k] + args.batch_size, job.n)
         batch_rows = _sample_batch(job.model, job.meta, job.settings, job.tokenizer, lo, hi, L, d,
-                                   job.device, batch_generator(seed, k), job.source_rows, job.decoder)
+                                   job.device, batch_generator(seed, k), job.source_rows, job.decoder,
+                                   job.precision)
         with open(partial, "a") as fh:
             for row in batch_rows:
                 fh.write(json.dumps(row) + "\n")
@@ -234,10 +250,11 @@ def _conditional_inputs(args, meta) -> dict:
 
 
 def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, source_rows,
-                  decoder=None):
+                  decoder=None, precision="fp32"):
     import torch
 
     from elf.flow.samplers import Source, decode_final, postprocess, rollout
+    from elf.precision import network_autocast
 
     B = hi - lo
     z_init = (s.noise_scale * torch.randn(B, L, d, generator=generator)).to(device)
@@ -245,7 +262,7 @@ def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, so
     if source_rows is not None:
         source = Source(source_rows["cond_seq_mask"][lo:hi].to(device),
                         source_rows["x"][lo:hi].to(device))
-    with torch.no_grad():
+    with torch.no_grad(), network_autocast(device, precision):
         z, _ = rollout(model, s, z_init, generator, source=source,
                        prediction=meta["run"]["model"]["prediction"])
         ids = decode_final(model, z, s.sc_cfg, decoder).argmax(-1).cpu()
@@ -291,8 +308,8 @@ def _resume(partial: Path, header: dict) -> list[dict]:
 def _same_inputs(old: dict, header: dict) -> bool:
     # batch k's noise comes from generator (seed, k) in one draw of batch_size rows: rows written
     # with another batch size are other samples
-    return all(old.get(k) == header[k] for k in ("checkpoint_sha256", "sampler_settings", "seed", "n",
-                                                  "batch_size", "decoder_sha256"))
+    return all(old.get(k) == header[k] for k in ("checkpoint_sha256", "sampler_settings", "precision",
+                                                  "seed", "n", "batch_size", "decoder_sha256"))
 
 
 def _rewrite_partial(partial: Path, header: dict, rows: list[dict]) -> None:

@@ -5,9 +5,10 @@ hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomicall
 ``{"provenance": {...}, "samples_provenance": <samples header>, "metrics": {...}, "per_sample": [...]}``
 (``per_sample``: each sample's own ``i`` and values — Gen. PPL and entropy, sentence BLEU, or ROUGE —
 that the qualitative figure F8 shows beside an example), with
-- unconditional: gen_ppl, entropy, n_samples, n_empty, n_scored_tokens (Gen. PPL under the scorer,
-  64 samples a batch as the released scorer; entropy of the scorer's token ids, both truncated at
-  ``--max-length`` or the scorer's context);
+- unconditional: gen_ppl, entropy, n_samples, n_empty, n_scored_tokens (Gen. PPL under the scorer as
+  the released scorer computes it, elf/evaluate/genppl.py: samples empty after strip() dropped, the
+  rest padded together, scored 64 a batch; entropy of the scorer's token ids, both truncated at
+  ``--max-length`` or the scorer's context; ``--precision bf16``: the scorer's weights in bf16);
 - translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
 - summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
 Non-finite values (nothing scored) are written as null.
@@ -33,6 +34,7 @@ import math
 from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
+from elf.config import PRECISIONS
 from elf.evaluate.samples import SamplesFormatError, read_samples, read_text_column, texts_sha256
 from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
 
@@ -57,6 +59,9 @@ def register(subparsers) -> None:
     parser.add_argument("--max-length", type=int, default=GPT2_CONTEXT,
                         help="truncation of retokenised samples (released: 1024)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help="precision policy (elf/precision.py): bf16 loads the scorer's weights in "
+                        "bf16, as the released scorer does")
     parser.add_argument("--n", type=int, default=1000, help="--reference-texts: rows scored")
     parser.add_argument("--split", default="test", help="--reference-texts: dataset split")
     parser.set_defaults(func=run)
@@ -79,12 +84,13 @@ def scorer_fingerprint(name_or_path: str, model) -> dict:
 def load_unconditional_scorer(args) -> tuple:
     """(model, tokenizer, device) of ``--scorer``, loaded once for every file scored."""
     from elf.evaluate.scorer import load_scorer
+    from elf.precision import scorer_dtype
 
     if not args.scorer:
         raise ElfError("--scorer is required for unconditional scoring")
     device = resolve_device(args.device)
     try:
-        model, tokenizer = load_scorer(args.scorer, device)
+        model, tokenizer = load_scorer(args.scorer, device, scorer_dtype(args.precision))
     except OSError as err:
         raise ElfError(f"--scorer {args.scorer}: cannot load ({err})") from err
     return model, tokenizer, device
@@ -104,9 +110,10 @@ def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, d
     metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"], "n_samples": len(texts),
                "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
     settings = {"batch_size": args.batch_size, "context": context,
-                "padding": "right, EOS, to the batch's longest",
+                "padding": "right, EOS, to the longest sample of the whole set",
                 "counted": "non-EOS targets from position 1 plus each row's first EOS",
-                "autocast": "bfloat16" if device.type == "cuda" else "none (float32)",
+                "dropped": "samples empty after strip() (Gen. PPL and entropy)",
+                "scorer_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
                 "device": str(device), "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
     per_sample = [{"gen_ppl": p, "entropy": h}
                   for p, h in zip(ppl["per_sample"], entropy["per_sample"])]

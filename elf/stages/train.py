@@ -25,7 +25,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train one run's network on an embedding store",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--settings", required=True,
-                   help="JSON with keys run, dataset, embedding, sizes (see `elf settings`)")
+                   help="JSON with keys run, dataset, embedding, sizes, precision (see `elf settings`)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--store", help="train-split embedding store (.zarr): cached embeddings")
     source.add_argument("--tokens", help="packed token dir: embed on the fly (embedding cache: false)")
@@ -46,6 +46,15 @@ def parse_train_settings(text: str) -> tuple[RunSettings, DatasetSettings, Embed
         raise ElfError(f"--settings: {err}") from err
 
 
+def parse_precision(text: str) -> str:
+    """The precision policy of ``--settings`` (key ``precision``; fp32 when absent)."""
+    from elf.precision import check_precision
+    try:
+        return check_precision(json.loads(text).get("precision", "fp32"))
+    except ValueError as err:
+        raise ElfError(f"--settings: {err}") from err
+
+
 def run(args) -> None:
     import torch
 
@@ -56,6 +65,7 @@ def run(args) -> None:
     from elf.train.loop import init_distributed, train
 
     run_s, data_s, emb_s, sizes = parse_train_settings(args.settings)
+    precision = parse_precision(args.settings)
     if run_s.kind != "train":
         raise ElfError(f"run kind is {run_s.kind!r}; `elf train` trains kind 'train' runs only")
     if emb_s.kind == "learned" and not run_s.model.decode_head:
@@ -82,12 +92,12 @@ def run(args) -> None:
                       store=args.store, tokens=args.tokens, encoder=args.encoder,
                       tokenizer=str(args.tokenizer), store_identity=source.store_identity,
                       tokens_fingerprint=source.tokens_fingerprint,
-                      normalization_stats=source.stats, num_parameters=sum(
+                      normalization_stats=source.stats, precision=precision, num_parameters=sum(
                           p.numel() for p in model.parameters()),
                       **({"learned_table": table_meta} if table_meta else {}))
     train(model, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
           seq_shape=(source.seq_len, source.dim), rank=rank, world_size=world_size, device=device,
-          progress=not args.no_progress, step_fn=step_fn, after_step=after_step)
+          progress=not args.no_progress, step_fn=step_fn, after_step=after_step, precision=precision)
     batches.close()
 
 

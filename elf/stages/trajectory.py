@@ -22,7 +22,8 @@ import argparse
 from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
-from elf.stages.sample import add_rollout_args, batch_generator, parse_sampler_settings
+from elf.stages.sample import (add_rollout_args, batch_generator, parse_sampler_settings,
+                               rollout_precision)
 
 
 def register(sub) -> None:
@@ -85,6 +86,7 @@ def run(args) -> None:
     from elf.data.tokenizer import load_tokenizer
     from elf.flow.samplers import postprocess
     from elf.io import provenance, write_json
+    from elf.precision import network_autocast
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
     settings = parse_sampler_settings(args.sampler)
@@ -103,8 +105,10 @@ def run(args) -> None:
     generator = batch_generator(args.seed, 0)
     L, d = meta["model"]["max_length"], meta["model"]["d"]
     z_init = (settings.noise_scale * torch.randn(args.n, L, d, generator=generator)).to(device)
-    grid, records = record_trajectory(model, settings, z_init, generator, at,
-                                      meta["run"]["model"]["prediction"])
+    precision = rollout_precision(args, settings, meta)
+    with network_autocast(device, precision):
+        grid, records = record_trajectory(model, settings, z_init, generator, at,
+                                          meta["run"]["model"]["prediction"])
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     steps = []
     for t, k, state, ids in records:
@@ -114,5 +118,5 @@ def run(args) -> None:
     header = provenance(checkpoint=str(args.checkpoint),
                         checkpoint_sha256=checkpoint_sha256(Path(args.checkpoint)),
                         sampler=args.sampler_name, sampler_settings=to_dict(settings),
-                        seed=args.seed, n=args.n, at=at, grid=[float(t) for t in grid])
+                        precision=precision, seed=args.seed, n=args.n, at=at, grid=[float(t) for t in grid])
     write_json(args.out, {"provenance": header, "steps": steps})

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from elf.config import RunSettings
 from elf.flow.objective import draw_step, loss_mask, training_step
 from elf.io import sha256_json
+from elf.precision import network_autocast
 from elf.train.checkpoint import clear_resume, load_resume, save_final, save_resume
 from elf.train.optim import EMA, build_optimizer, clip_grad_norm, lr_at
 
@@ -67,7 +68,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
           world_size: int = 1, device: torch.device | str = "cpu", progress: bool = True,
           crash_after_step: int | None = None, draw_fn: Callable | None = None,
           step_fn: Callable | None = None, after_step: Callable[[], None] | None = None,
-          monitor: Callable[[int, EMA], dict] | None = None) -> None:
+          precision: str = "fp32", monitor: Callable[[int, EMA], dict] | None = None) -> None:
     """Train ``model`` per ``run`` and write the final checkpoint into ``out_dir``.
 
     ``seq_shape`` = (L, d) of one sequence's embeddings; ``meta`` goes into ``config.json``.
@@ -76,6 +77,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     with ``.to(device)``) and ``step_fn(net, batch, draws, denominator)`` a ``StepOutput``; the
     defaults are spec §4's ``draw_step`` and ``training_step``. ``after_step()`` runs after every
     optimiser step, before the EMA update (embedding kind ``learned``: renormalise the table).
+    ``precision`` is the network's precision policy (``elf.precision``: ``fp32`` or ``bf16``).
     ``monitor(step, ema)`` runs at every log step on rank 0; the values it returns (held-out errors,
     say) join that step's line of ``train_log.jsonl``.
     """
@@ -114,8 +116,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
             model, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=True)  # the decode head is idle on batches without decode rows
     forward = torch.compile(net) if b.compile else net
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" \
-        else contextlib.nullcontext()
+    autocast = network_autocast(device, precision)
     log_path = out_dir / "train_log.jsonl"
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -130,7 +131,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
                  for _ in range(b.grad_accum)]
         denom = sum(loss_mask(m, loss_covers_padding).sum() for m in micro)
         denom = _all_reduce(denom.clone().float(), world_size).clamp_min(1)
-        sums = torch.zeros(4, device=device)
+        sums = torch.zeros(5, device=device)  # out.sums (4) and the loss, over micro-batches
         step_draws = draw_fn((b.batch_size, *seq_shape), generator)
         for i, batch in enumerate(micro):
             start = i * micro_global + rank * micro_local
@@ -142,7 +143,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
                 out = step_fn(forward, batch, draws, denom)
                 # DDP averages gradients over ranks; the loss is already globally normalised.
                 (out.loss * world_size).backward()
-            sums += out.sums.float()
+            sums += torch.cat([out.sums.float(), out.loss.detach().float()[None]])
         sums = _all_reduce(sums, world_size)
         grad_norm, _ = clip_grad_norm(model.parameters(), o.grad_clip)
         lr = lr_at(step + 1, o, b.batch_size)
@@ -156,7 +157,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         bar.update(1)
         if rank == 0 and (step % b.log_every == 0 or step == b.steps):
             now = time.perf_counter()
-            record = dict(step=step, loss=float((sums[0] + sums[1]) / denom),
+            record = dict(step=step, loss=float(sums[4]),
                           ce_loss=float(sums[0] / sums[2].clamp_min(1)),
                           l2_loss=float(sums[1] / sums[3].clamp_min(1)),
                           grad_norm=float(grad_norm), lr=lr,

@@ -99,7 +99,8 @@ class Muon(torch.optim.Optimizer):
     torch's variant); ``weight_decay`` (decoupled, 0); ``bias_correction`` (True; False gives the
     uncorrected Nesterov momentum of ``torch.optim.Muon``); ``stored_in_out`` (False: tensors are
     stored (out, in) like ``nn.Linear.weight``; True: (in, out), fan-out = columns).
-    State per tensor: ``step`` (int, updates done) and ``momentum_buffer``.
+    State per tensor: ``step`` (int, updates done) and ``momentum_buffer``. A parameter whose
+    ``grad`` is None is stepped with a zero gradient (the authors' behaviour), not skipped.
     """
 
     def __init__(self, params, lr: float = 2e-3, momentum: float = 0.95, ns_steps: int = 5,
@@ -128,14 +129,15 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             beta = group["momentum"]
             for p in group["params"]:
-                if p.grad is None:
-                    continue
+                # A missing gradient counts as zero, as in the authors' Muon: the momentum still
+                # decays and is applied (a parameter idle on this batch keeps moving).
+                grad = torch.zeros_like(p) if p.grad is None else p.grad
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
                     state["momentum_buffer"] = torch.zeros_like(p)
                 state["step"] += 1
-                self._update(p, p.grad, state["momentum_buffer"], state["step"], group, beta)
+                self._update(p, grad, state["momentum_buffer"], state["step"], group, beta)
         return loss
 
     @staticmethod
@@ -302,15 +304,16 @@ def build_optimizer(named_params: Iterable[tuple[str, nn.Parameter]], settings: 
 def lr_at(step: int, settings: OptimSettings, batch_size: int) -> float:
     """Learning rate of optimiser step ``step`` (1 = the first step).
 
-    ``base = blr·batch_size/256``; with ``warmup_steps = w > 0`` step k ≤ w gets ``base·k/w`` (so the
-    first step trains at ``base/w``, not 0 as a zero-based linear schedule would give, and step w
-    reaches ``base``); constant ``base`` afterwards.
+    ``base = blr·batch_size/256``; with ``warmup_steps = w > 0`` step k gets ``base·min(1, (k−1)/w)``,
+    the authors' ``LambdaLR(lambda i: min(1, i/w))`` read before its i-th ``scheduler.step()``: step 1
+    runs at lr 0 (the optimiser's moments and step counts still advance, the weights do not move) and
+    step w + 1 is the first at ``base``; constant ``base`` afterwards.
     """
     if step < 1:
         raise ValueError(f"optimiser steps count from 1, got {step}")
     base = settings.blr * batch_size / 256
-    if settings.warmup_steps > 0 and step < settings.warmup_steps:
-        return base * step / settings.warmup_steps
+    if settings.warmup_steps > 0 and step <= settings.warmup_steps:
+        return base * (step - 1) / settings.warmup_steps
     return base
 
 

@@ -64,7 +64,8 @@ ANY_RUN = "|".join(re.escape(n) for n in EXP.runs) or "(?!)"
 def train_settings_json(name):
     run = EXP.run(name)
     return as_json(dict(run=to_dict(run), dataset=dataset_settings(run.dataset),
-                        embedding=to_dict(EXP.embeddings[run.embedding]), sizes=EXP.sizes))
+                        embedding=to_dict(EXP.embeddings[run.embedding]), sizes=EXP.sizes,
+                        precision=EXP.precision))
 
 
 def task_of(run):

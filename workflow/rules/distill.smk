@@ -10,7 +10,7 @@ rule distill:
     conda:
         ENV
     input:
-        code("model.py", "flow/paths.py", "flow/objective.py", "flow/distill.py", "train",
+        code("model.py", "precision.py", "flow/paths.py", "flow/objective.py", "flow/distill.py", "train",
              "embed/reader.py", "stages/train.py", "stages/distill.py"),
         tok=tokenizer_input,
         store=lambda w: f"{R}/embeddings/{run_settings(w.run).dataset}/{run_settings(w.run).embedding}/train.zarr",

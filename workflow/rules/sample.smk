@@ -8,7 +8,7 @@ rule sample:
         ENV
     input:
         unpack(conditional_inputs),
-        code("model.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "decoder.py",
+        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "decoder.py",
              "train/checkpoint.py", "stages/sample.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
@@ -27,13 +27,14 @@ rule sample:
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
         batch=EXP.evaluation.sample_batch_size,
         decoder=decoder_arg,
+        precision=EXP.precision,
     log:
         f"{R}/logs/sample/{{run}}/{{sampler}}.log",
     shell:
         "elf sample --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
         "--sampler-name {wildcards.sampler} --run-name {wildcards.run} --seed {params.seeds} "
         "--n {params.n} --batch-size {params.batch} --tokenizer {params.tokenizer} {params.cond} {params.decoder} "
-        "--out-dir {output} --no-progress 2> {log}"
+        "--precision {params.precision} --out-dir {output} --no-progress 2> {log}"
 
 
 rule trajectory:
@@ -41,7 +42,7 @@ rule trajectory:
     conda:
         ENV
     input:
-        code("model.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "train/checkpoint.py",
+        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "train/checkpoint.py",
              "stages/sample.py", "stages/trajectory.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
@@ -53,10 +54,11 @@ rule trajectory:
         sampler=lambda w: as_json(EXP.samplers[w.sampler]),
         seed=EXP.evaluation.seeds[0],
         tokenizer=TOKENIZER,
+        precision=EXP.precision,
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
     log:
         f"{R}/logs/trajectory/{{run}}/{{sampler}}.log",
     shell:
         "elf trajectory --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
         "--sampler-name {wildcards.sampler} --seed {params.seed} --n 2 --tokenizer {params.tokenizer} "
-        "--at 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --out {output} 2> {log}"
+        "--at 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --precision {params.precision} --out {output} 2> {log}"

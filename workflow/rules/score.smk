@@ -7,7 +7,7 @@ rule score:
     conda:
         ENV
     input:
-        code("evaluate", "stages/score.py", "stages/aggregate.py"),
+        code("evaluate", "precision.py", "stages/score.py", "stages/aggregate.py"),
         samples=f"{R}/samples/{{run}}/{{sampler}}",
         scorer=SCORER,
     output:
@@ -18,13 +18,14 @@ rule score:
     params:
         task=lambda w: task_of(w.run),
         batch=EXP.evaluation.score_batch_size,
+        precision=EXP.precision,
         samples=lambda w, input: seed_files(input.samples, w, "jsonl"),
         scores=lambda w, output: seed_files(output.scores, w, "json"),
     log:
         f"{R}/logs/score/{{run}}/{{sampler}}.log",
     shell:
         "(elf score --samples {params.samples} --task {params.task} --scorer {input.scorer} "
-        "--batch-size {params.batch} --out-dir {output.scores} && "
+        "--batch-size {params.batch} --precision {params.precision} --out-dir {output.scores} && "
         "elf aggregate --scores {params.scores} --run {wildcards.run} --sampler {wildcards.sampler} "
         "--out {output.aggregate}) 2> {log}"
 
@@ -34,15 +35,16 @@ rule score_dataset:
     conda:
         ENV
     input:
-        code("evaluate", "stages/score.py"),
+        code("evaluate", "precision.py", "stages/score.py"),
         tokens=f"{R}/data/{{dataset}}/tokens",
         scorer=SCORER,
     output:
         f"{R}/scores/_dataset/{{dataset}}.json",
     params:
         n=EXP.evaluation.n_samples,
+        precision=EXP.precision,
     log:
         f"{R}/logs/score/_dataset/{{dataset}}.log",
     shell:
         "elf score --reference-texts {input.tokens} --split test --n {params.n} "
-        "--scorer {input.scorer} --out {output} 2> {log}"
+        "--scorer {input.scorer} --precision {params.precision} --out {output} 2> {log}"

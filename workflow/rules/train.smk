@@ -7,7 +7,7 @@ rule train:
         ENV
     input:
         unpack(train_data),
-        code("model.py", "flow/__init__.py", "flow/paths.py", "flow/objective.py", "train",
+        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/objective.py", "train",
              "embed/reader.py", "embed/kinds.py", "embed/learned.py", "stages/train.py"),
         tok=tokenizer_input,
     output:
