@@ -128,9 +128,13 @@ def save_scorer(model, tokenizer, out_dir: str | os.PathLike, provenance: dict) 
 
 
 def load_scorer(name_or_path: str | os.PathLike, device: str | torch.device = "cpu"):
-    """(model in eval mode on ``device``, tokenizer with pad = EOS) from a folder or a hub name."""
-    tokenizer = AutoTokenizer.from_pretrained(str(name_or_path))
+    """(model in eval mode on ``device``, tokenizer with pad = EOS) from a folder or a hub name
+    (``name@revision`` pins a revision)."""
+    from elf.hub import pretrained_kwargs
+
+    name, kwargs = pretrained_kwargs(str(name_or_path))
+    tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(name_or_path)).to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(name, **kwargs).to(device).eval()
     return model, tokenizer
