@@ -280,12 +280,14 @@ def test_missing_columns_and_foreign_ids_are_named(tmp_path, tokenizer_dir, tok)
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("change, message", [
-    (dict(max_input_length=64), "leaves 1024 target tokens"),          # the old 64 + 1024 layout
-    (dict(max_input_length=1088), "needs a source cap below max_length 1088"),
+@pytest.mark.parametrize("dataset, change, message", [
+    ("xsum", dict(max_input_length=64), "leaves 1024 target tokens"),   # the old 64 + 1024 layout
+    ("xsum", dict(max_input_length=1088), "needs a source cap below max_length 1088"),
+    ("owt", dict(target_length=64), "only conditional datasets have a target"),
+    ("xsum", dict(source="hub", name="EdinburghNLP/xsum"), "a raw test split is for source 'authors'"),
 ])
-def test_config_refuses_a_layout_whose_target_is_not_the_stated_length(change, message):
+def test_config_refuses_a_layout_whose_target_is_not_the_stated_length(dataset, change, message):
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
-    cfg["datasets"]["xsum"].update(change)
+    cfg["datasets"][dataset].update(change)
     with pytest.raises(ConfigError, match=message):
         parse_experiment(cfg)
