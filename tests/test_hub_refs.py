@@ -25,6 +25,16 @@ def test_refs_split_and_join(tmp_path):
     assert snapshot_commit("/data/checkpoint_5") is None
 
 
+def recording_stub(calls: list):
+    """A stand-in for a transformers class: records each from_pretrained call, downloads nothing."""
+    class Stub:
+        @staticmethod
+        def from_pretrained(name, **kwargs):
+            calls.append((name, kwargs))
+            raise OSError("stand-in: no download")
+    return Stub
+
+
 @pytest.mark.parametrize("load, module, attr", [
     ("elf.data.tokenizer:load_tokenizer", "elf.data.tokenizer", "AutoTokenizer"),
     ("elf.embed.encoder:load_encoder", "elf.embed.encoder", "T5EncoderModel"),
@@ -33,14 +43,7 @@ def test_pinned_revision_reaches_from_pretrained(load, module, attr, monkeypatch
     import importlib
 
     calls = []
-
-    class Stub:
-        @staticmethod
-        def from_pretrained(name, **kwargs):
-            calls.append((name, kwargs))
-            raise OSError("stand-in: no download")
-
-    monkeypatch.setattr(importlib.import_module(module), attr, Stub)
+    monkeypatch.setattr(importlib.import_module(module), attr, recording_stub(calls))
     mod, fn = load.split(":")
     with pytest.raises(OSError, match="stand-in"):
         getattr(importlib.import_module(mod), fn)("t5-small@abc123")
@@ -51,14 +54,7 @@ def test_scorer_loads_at_its_revision(monkeypatch):
     from elf.evaluate import scorer
 
     calls = []
-
-    class Stub:
-        @staticmethod
-        def from_pretrained(name, **kwargs):
-            calls.append((name, kwargs))
-            raise OSError("stand-in")
-
-    monkeypatch.setattr(scorer, "AutoTokenizer", Stub)
+    monkeypatch.setattr(scorer, "AutoTokenizer", recording_stub(calls))
     with pytest.raises(OSError):
         scorer.load_scorer("gpt2-large@r1")
     assert calls == [("gpt2-large", {"revision": "r1"})]
