@@ -114,7 +114,10 @@ class RunSettings:
     teacher: Optional[str] = _f(None, help="distill: the teacher run")
     init_from: Optional[str] = _f(None, help="distill: the run whose EMA initialises the student")
     distill: Optional[DistillSettings] = _f(None, help="distill: the round's settings")
-    released: Optional[str] = _f(None, help="released: Hugging Face id or path of the checkpoint")
+    released: Optional[str] = _f(None, help="released: Hugging Face id or local folder/file of the "
+                                 "authors' checkpoint (folder: its highest checkpoint_<step>)")
+    released_revision: Optional[str] = _f(None, help="released: Hub revision (commit, tag or branch) "
+                                          "of the checkpoint repo; null = its default branch")
     paper_run: Optional[str] = _f(None, help="the paper's run id it replicates (R01..R34)")
     decoder: Optional[str] = _f(None, help="a key of `decoders`: decode samples with that separate "
                                 "decoder (needs model.decode_head false and objective.decode_prob 0)")
@@ -135,6 +138,9 @@ class SamplerSettings:
     grid_std: float = _f(0.8, help="logit-normal grid std", lo=0, lo_open=True)
     sc_cfg: float = _f(1.0, help="self-conditioning CFG scale w", lo=0, lo_open=True)
     input_cfg: float = _f(1.0, help="input-condition CFG scale (conditional; 1 = one pass)", lo=0)
+    split: Optional[Literal["validation", "test"]] = _f(
+        None, help="conditional: the split whose sources are sampled and scored (null: "
+        "evaluation.split); unconditional runs ignore it")
     sde_variant: Literal["backed_off", "original"] = _f(
         "backed_off", help="SDE Euler step from the backed-off state (released code) or the "
         "original state (paper App. C.2)")
@@ -169,13 +175,34 @@ class CorporaSettings:
     test_docs: int = _f(200, help="documents / pairs in each test split", lo=1)
 
 
+HUB_REVISION_HELP = "Hub revision (commit, tag or branch); null = the repo's default branch"
+
+
+@dataclass(frozen=True)
+class RawDatasetSettings:
+    """A raw-text dataset read through ``datasets`` (the test split of an ``authors`` dataset)."""
+    name: str = _f(help="hub dataset id or local path")
+    source: Literal["hub", "local"] = _f("hub", help="`datasets` hub id, or files")
+    subset: Optional[str] = _f(None, help="hub config name (e.g. de-en)")
+    revision: Optional[str] = _f(None, help=HUB_REVISION_HELP)
+
+
 @dataclass(frozen=True)
 class DatasetSettings:
-    """One dataset: where its raw text comes from and how it is packed (spec §2)."""
+    """One dataset: where its text or token ids come from and how rows are laid out (spec §2)."""
     task: Literal["unconditional", "translation", "summarization"] = _f(help="task type")
-    source: Literal["embedded", "hub", "local"] = _f(help="generated here, `datasets` hub, or files")
-    name: str = _f(help="embedded corpus name, hub dataset id, or local path")
+    source: Literal["embedded", "hub", "local", "authors"] = _f(
+        help="generated here, `datasets` hub, files, or the authors' tokenised sets (Hub id or "
+        "folder; rows laid out as the authors' collate does: elf/data/authors.py)")
+    name: str = _f(help="embedded corpus name, hub dataset id, or local path; authors: id or folder, "
+                   "with `{split}` standing for train / validation (without it: train only)")
     subset: Optional[str] = _f(None, help="hub config name (e.g. de-en)")
+    revision: Optional[str] = _f(None, help="hub / authors: " + HUB_REVISION_HELP)
+    test: Optional[RawDatasetSettings] = _f(
+        None, help="authors: the raw dataset whose test split is tokenised and laid out like the "
+        "authors' sets (their repos hold train and validation only)")
+    target_length: Optional[int] = _f(None, help="conditional: target tokens each row keeps, stated "
+                                      "to be checked = max_length - max_input_length", lo=1)
     max_length: int = _f(1024, help="model sequence length L", lo=2)
     max_input_length: Optional[int] = _f(None, help="conditional: source length cap", lo=1)
     max_train_sequences: int = _f(0, help="cap on packed training sequences (0 = all)", lo=0)
@@ -186,12 +213,21 @@ class DatasetSettings:
                            "store, then one gather job; 1 = a single job. Scheduling only: the store "
                            "is the same for any value", lo=1)
 
+    @property
+    def target_tokens(self) -> int | None:
+        """Target positions of a conditional row, which the sampler keeps (spec §2); None if
+        unconditional."""
+        if self.task == "unconditional" or self.max_input_length is None:
+            return None
+        return self.max_length - self.max_input_length
+
 
 @dataclass(frozen=True)
 class TokenizerSettings:
     """The T5-style tokenizer: built here (embedded) or loaded by name (paper: t5-small)."""
     source: Literal["build", "pretrained"] = _f("build", help="train it here, or from_pretrained")
     name_or_path: str = _f("t5-small", help="hub id (pretrained); ignored when built")
+    revision: Optional[str] = _f(None, help="pretrained: " + HUB_REVISION_HELP)
     vocab_size: int = _f(1024, help="vocabulary size when built", lo=8)
 
 
@@ -200,6 +236,7 @@ class EncoderSettings:
     """A T5 encoder: pretrained by name, or trained here with span corruption then frozen."""
     source: Literal["build", "pretrained"] = _f("build", help="train it here, or from_pretrained")
     name_or_path: str = _f("t5-small", help="hub id (pretrained); ignored when built")
+    revision: Optional[str] = _f(None, help="pretrained: " + HUB_REVISION_HELP)
     d_model: int = _f(64, help="built: model width (= embedding width d)", lo=8)
     layers: int = _f(2, help="built: encoder (and decoder) layers", lo=1)
     heads: int = _f(4, help="built: attention heads", lo=1)
@@ -215,6 +252,7 @@ class ScorerSettings:
     """The Gen. PPL scorer: GPT-2 Large by name, or a small GPT-2 trained here on held-out text."""
     source: Literal["build", "pretrained"] = _f("build", help="train it here, or from_pretrained")
     name_or_path: str = _f("gpt2-large", help="hub id (pretrained); ignored when built")
+    revision: Optional[str] = _f(None, help="pretrained: " + HUB_REVISION_HELP)
     vocab_size: int = _f(1024, help="built: byte-level BPE vocabulary", lo=260)
     layers: int = _f(2, help="built: transformer layers", lo=1)
     width: int = _f(128, help="built: model width", lo=8)
@@ -308,6 +346,8 @@ class Experiment:
 def parse_experiment(data: dict) -> Experiment:
     """Validate a whole config mapping; every run is resolved once so that a bad run fails now."""
     exp = from_dict(Experiment, data)
+    for name, dataset in exp.datasets.items():
+        _check_dataset(name, dataset)
     _check_decoder_refs(exp)
     for name in exp.runs:
         run = exp.run(name)
@@ -319,6 +359,26 @@ def parse_experiment(data: dict) -> Experiment:
                 raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
                                   f"under '{what}' (defined: {', '.join(table)})")
     return exp
+
+
+def _check_dataset(name: str, ds: DatasetSettings) -> None:
+    """A conditional layout leaves room for its target, of the stated length (spec §2: the sampler
+    keeps max_length - max_input_length tokens); only authors' datasets take a raw test split."""
+    key = f"datasets.{name}"
+    if ds.task != "unconditional":
+        if ds.max_input_length is None or ds.max_input_length >= ds.max_length:
+            raise ConfigError(f"config key '{key}.max_input_length': got {ds.max_input_length!r}; a "
+                              f"{ds.task} dataset needs a source cap below max_length {ds.max_length}")
+        if ds.target_length is not None and ds.target_length != ds.target_tokens:
+            raise ConfigError(f"config key '{key}.target_length': got {ds.target_length}, but "
+                              f"max_length {ds.max_length} - max_input_length {ds.max_input_length} "
+                              f"leaves {ds.target_tokens} target tokens; fix the layout or the length")
+    elif ds.target_length is not None:
+        raise ConfigError(f"config key '{key}.target_length': got {ds.target_length}; only "
+                          "conditional datasets have a target")
+    if ds.test is not None and ds.source != "authors":
+        raise ConfigError(f"config key '{key}.test': a raw test split is for source 'authors' "
+                          f"(got source {ds.source!r})")
 
 
 def _check_refs(exp: Experiment, name: str, run: RunSettings) -> None:

@@ -335,3 +335,47 @@ def test_untraceable_start_fails_clearly(chain_dir, capsys):
     assert code == 2 and "no sidecar F9.json" in err
     code, _, err = audit_cli(capsys, chain_dir, "reports/figures/nothing.png")
     assert code == 2 and "not found" in err
+
+
+# --------------------------------------------------------------------------------------------------
+# Hub revisions (datasets, tokenizer / encoder, scorer, released checkpoints) are shown
+# --------------------------------------------------------------------------------------------------
+
+def test_audit_shows_the_hub_revision_of_every_source(chain_dir, capsys):
+    tokens = chain_dir / "results/data/toy/tokens/provenance.json"
+    write_json(tokens, {**read_json(tokens), "settings": {
+        "name": "embedded-language-flows/xsum_{split}_t5", "source": "authors", "revision": "d1e2",
+        "test": {"name": "EdinburghNLP/xsum", "revision": "7d4d486"}}})
+    write_json(chain_dir / "results/models/scorer/provenance.json", provenance(settings={
+        "source": "pretrained", "name_or_path": "gpt2-large", "revision": "r1"}))
+    code, out, _ = audit_cli(capsys, chain_dir, FIGURE)
+    assert code == 0, out
+    dataset = next(line for line in out.splitlines() if "dataset  " in line)
+    assert "source=authors" in dataset and "revision=d1e2" in dataset
+    assert "test_split=EdinburghNLP/xsum@7d4d486" in dataset
+    scorer = next(line for line in out.splitlines() if "scorer  " in line)
+    assert "name=gpt2-large" in scorer and "revision=r1" in scorer
+    named = pv.Tracer(chain_dir).tokenizer({"name_or_path": "t5-small@abc123"}, "a store")
+    assert named.status == pv.NAMED and named.info["revision"] == "abc123"
+    assert pv.Tracer(chain_dir).encoder({"name_or_path": "t5-small"}, "a store").info["revision"] \
+        == "default branch"
+
+
+def test_audit_of_a_released_run_shows_its_repo_revision_and_commit(chain_dir, capsys):
+    run_dir = chain_dir / "results/runs/rel"
+    shutil.copytree(chain_dir / "results/runs/base", run_dir)
+    meta = read_json(run_dir / "config.json")
+    meta["run"]["kind"], meta["store"] = "released", None
+    meta["released"] = {"source": "embedded-language-flows/ELF-B-owt-torch", "revision": "v1",
+                        "commit": "0123456789abcdef0123456789abcdef01234567",
+                        "filename": "checkpoint_95085", "step": 95085, "sha256": "ab" * 32,
+                        "ema_weights": "ema_params1"}
+    write_json(run_dir / "config.json", meta)
+    code, out, _ = audit_cli(capsys, chain_dir, "results/runs/rel")
+    assert code == 0, out
+    line = next(line for line in out.splitlines() if "run config" in line)
+    for shown in ("released_source=embedded-language-flows/ELF-B-owt-torch", "released_revision=v1",
+                  "released_commit=0123456789abcdef0123456789abcdef01234567",
+                  "released_filename=checkpoint_95085", "released_step=95085",
+                  "released_ema_weights=ema_params1"):
+        assert shown in line, (shown, line)

@@ -188,3 +188,32 @@ def test_unreadable_file_is_named(tmp_path):
     path.write_text('{"text": "ok"}\n{"text": \n')
     with pytest.raises(DataError, match="broken.jsonl"):
         load_raw(_settings("unconditional", "local", path))
+
+
+def test_hub_revision_and_a_single_split_reach_load_dataset(monkeypatch):
+    """A raw hub dataset pinned to a revision (XSum's parquet: refs/convert/parquet), and the one
+    split an authors' dataset takes from it (its test split)."""
+    from elf.config import RawDatasetSettings
+
+    calls = []
+    xsum = datasets.Dataset.from_dict({"document": ["d"], "summary": ["s"], "id": ["1"]})
+
+    def fake_load_dataset(*args, **kwargs):
+        calls.append((args, kwargs))
+        return xsum if kwargs.get("split") else datasets.DatasetDict({s: xsum for s in WMT_ROWS})
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    settings = DatasetSettings(task="summarization", source="hub", name="EdinburghNLP/xsum",
+                               revision="refs/convert/parquet", max_length=1088, max_input_length=1024)
+    assert load_raw(settings)["test"][0] == {"source": "d", "target": "s"}
+    assert calls[-1] == (("EdinburghNLP/xsum",), {"revision": "refs/convert/parquet"})
+    wmt = datasets.Dataset.from_dict({"translation": [{"de": "quelle", "en": "target"}]})
+
+    def fake_test_split(*args, **kwargs):
+        calls.append((args, kwargs))
+        return wmt
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_test_split)
+    raw = RawDatasetSettings(name="wmt/wmt14", subset="de-en", revision="b199e40")
+    assert loaders.load_raw_split(raw, "translation", "test")[0] == {"source": "quelle", "target": "target"}
+    assert calls[-1] == (("wmt/wmt14", "de-en"), {"revision": "b199e40", "split": "test"})

@@ -75,8 +75,10 @@ def make_config(scale="embedded") -> dict:
     return {
         "scale": scale,
         "datasets": {"owt": {"task": "unconditional", "source": "embedded", "name": "owt"},
-                     "deen": {"task": "translation", "source": "embedded", "name": "deen"},
-                     "xsum": {"task": "summarization", "source": "embedded", "name": "xsum"}},
+                     "deen": {"task": "translation", "source": "embedded", "name": "deen",
+                              "max_length": 128, "max_input_length": 64},
+                     "xsum": {"task": "summarization", "source": "embedded", "name": "xsum",
+                              "max_length": 1088, "max_input_length": 1024}},
         "encoders": {"main": {"d_model": 64}},
         "embeddings": {"encoder": {"encoder": "main"}, "gauss": {"kind": "gaussian",
                                                                  "encoder": "main"}},

@@ -6,8 +6,10 @@ Snakemake's own profile parser under other cluster shapes; checks the CI profile
 its own. The real cluster run is .ci/slurm.sh.
 """
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -68,11 +70,18 @@ def dry_run_jobs(text: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def paper_dry_run(tmp_path_factory):
+def dry_run_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("slurm_dry")
+
+
+@pytest.fixture(scope="module")
+def paper_dry_run(dry_run_dir):
     """The users' command, dry: `snakemake --profile slurm -n -p reports/all` from the repo root
-    (results and reports redirected to a temporary folder)."""
-    tmp = tmp_path_factory.mktemp("slurm_dry")
+    (results and reports redirected to a temporary folder), offline (tests/conftest.py) with an empty
+    Hugging Face cache: planning must download nothing."""
+    tmp = dry_run_dir
     env = {k: v for k, v in os.environ.items() if not k.startswith("ELF_SLURM_")}
+    env["HF_HOME"] = str(tmp / "hf_home")
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "-p",
          "--config", f"results={tmp}/results", f"reports={tmp}/reports", "--", f"{tmp}/reports/all"],
@@ -99,6 +108,51 @@ def test_the_dry_run_prints_the_paper_matrix(paper_dry_run):
     rendered = {j["wildcards"].get("fid") for j in jobs if j["rule"] in ("figure", "table")}
     assert set(paper["figures"]) <= rendered
     assert any(j["rule"] == "manifest" for j in jobs)
+
+
+RELEASED = {"R01_released": "ELF-B-owt-torch", "R02_released": "ELF-M-owt-torch",
+            "R03_released": "ELF-L-owt-torch", "R04_released": "ELF-B-de-en-torch",
+            "R05_released": "ELF-B-xsum-torch", "R34_released": "ELF-B-PD-owt-torch"}
+RELEASED_IN = {"T9": {"R01_released"}, "T10": {"R01_released", "R02_released", "R03_released"},
+               "T1": {"R04_released", "R05_released"}, "T4": {"R34_released"}}
+
+
+def test_the_paper_plan_has_the_six_released_runs_in_their_tables(paper_dry_run):
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    jobs = dry_run_jobs(paper_dry_run)
+    released = {j["wildcards"]["run"]: j for j in jobs if j["rule"] == "released"}
+    assert set(released) == set(RELEASED)
+    for run, repo in RELEASED.items():
+        assert f"elf release --source embedded-language-flows/{repo} " in released[run]["shell"]
+    for table, runs in RELEASED_IN.items():
+        assert runs <= set(paper["figures"][table]["runs"]), table
+    sampled = {(j["wildcards"]["run"], j["wildcards"]["sampler"]): j for j in jobs if j["rule"] == "sample"}
+    for table, runs in RELEASED_IN.items():
+        for run in runs:
+            assert {s for r, s in sampled if r == run} >= set(paper["figures"][table]["samplers"]), run
+    # conditional runs are sampled on the validation split of the authors' sets as well as on test
+    for split, sampler in (("validation", "cond_cfg2_val"), ("test", "cond_cfg2")):
+        shell = sampled[("R05_released", sampler)]["shell"]
+        assert f"--split {split}" in shell and f"embeddings/xsum/encoder/{split}.zarr" in shell
+
+
+def test_the_paper_plan_reads_the_authors_datasets_and_downloads_nothing(paper_dry_run, dry_run_dir):
+    jobs = dry_run_jobs(paper_dry_run)
+    prepared = {j["wildcards"]["dataset"]: j["shell"] for j in jobs if j["rule"] == "prepare"}
+    assert set(prepared) == {"owt", "wmt", "xsum"}
+    settings = {name: json.loads(shlex.split(shell)[3]) for name, shell in prepared.items()}
+    assert settings["owt"]["name"] == "embedded-language-flows/openwebtext-t5"
+    assert settings["wmt"]["name"] == "embedded-language-flows/wmt14_de-en_{split}_t5"
+    assert settings["xsum"]["name"] == "embedded-language-flows/xsum_{split}_t5"
+    assert all(s["source"] == "authors" for s in settings.values())
+    xsum = settings["xsum"]
+    assert (xsum["max_length"], xsum["max_input_length"], xsum["target_length"]) == (1088, 1024, 64)
+    assert xsum["test"]["name"] == "EdinburghNLP/xsum" and xsum["test"]["revision"]
+    assert "corpora" not in {j["rule"] for j in jobs}          # nothing generated in its place
+    # planned offline with an empty cache: nothing fetched, nothing prepared
+    hf_home = dry_run_dir / "hf_home"
+    assert not hf_home.exists() or not any(hf_home.rglob("*"))
+    assert not (dry_run_dir / "results" / "data").exists()
 
 
 def test_every_job_has_cpus_memory_and_runtime_and_only_gpu_rules_ask_for_gpus(paper_dry_run):

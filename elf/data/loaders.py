@@ -1,13 +1,17 @@
-"""Raw text of one dataset, from any source, with normalised columns.
+"""Raw text (or the authors' token ids) of one dataset, from any source, with normalised columns.
 
 ``load_raw(settings, embedded_root)`` returns a ``DatasetDict`` with splits ``train``, ``validation``,
 ``test`` (and ``heldout`` for unconditional data) whose columns are ``text`` (unconditional) or
 ``source`` and ``target`` (translation, summarisation), whatever the source:
 
 - ``embedded``: ``load_from_disk(<embedded_root>/<name>)``, written by ``elf corpora``;
-- ``hub``: ``datasets.load_dataset(name, subset)`` — OpenWebText (``text``), WMT14 (``translation`` =
-  {de, en}; the pair is ``subset``, e.g. "de-en", source first), XSum (``document`` -> source,
-  ``summary`` -> target);
+- ``hub``: ``datasets.load_dataset(name, subset, revision=revision)`` — OpenWebText (``text``), WMT14
+  (``translation`` = {de, en}; the pair is ``subset``, e.g. "de-en", source first), XSum
+  (``document`` -> source, ``summary`` -> target);
+- ``authors``: the authors' tokenised sets (``elf.data.authors``): ``input_ids`` (unconditional) or
+  ``condition_input_ids`` + ``input_ids`` beside the texts ``source`` and ``target``; the ``test``
+  split, which their repos lack, from the raw dataset ``test`` (text columns as above), tokenised
+  by ``elf prepare``;
 - ``local``: a ``.txt`` / ``.jsonl`` / ``.parquet`` file or a folder of them, in either schema above.
   ``.txt`` holds unconditional text, one document per blank-line separated block (a file without
   blank lines is one document). A folder with files or sub-folders named after splits
@@ -62,15 +66,57 @@ def load_raw(settings, embedded_root: str | Path | None = None,
             raise DataError(f"{where}: an embedded dataset needs the corpora root (--raw-root)")
         splits = _load_saved(Path(embedded_root) / settings.name)
     elif settings.source == "hub":
-        args = (settings.name, settings.subset) if settings.subset else (settings.name,)
-        parallel = {"num_proc": num_proc} if num_proc > 1 else {}
-        splits = dict(datasets.load_dataset(*args, **parallel))
+        splits = _load_hub(settings.name, settings.subset, settings.revision, num_proc)
+    elif settings.source == "authors":
+        return datasets.DatasetDict(_complete_splits(_load_authors(settings, num_proc), settings.task,
+                                                     carve, where))
     else:
         splits = _load_local(Path(settings.name), origins)
     splits = {name: normalise(ds, settings.task, origins.get(name, f"{where} split '{name}'"),
                               settings.subset)
               for name, ds in splits.items()}
     return datasets.DatasetDict(_complete_splits(splits, settings.task, carve, where))
+
+
+def _load_hub(name: str, subset: str | None, revision: str | None, num_proc: int = 1,
+              split: str | None = None):
+    """``datasets.load_dataset`` of a hub dataset (all splits, or one)."""
+    args = (name, subset) if subset else (name,)
+    kwargs = ({"num_proc": num_proc} if num_proc > 1 else {}) | \
+        ({"revision": revision} if revision else {}) | ({"split": split} if split else {})
+    loaded = datasets.load_dataset(*args, **kwargs)
+    return loaded if split else dict(loaded)
+
+
+def _load_authors(settings, num_proc: int = 1) -> dict[str, datasets.Dataset]:
+    """The authors' splits (normalised) and the raw test split their repos lack."""
+    from elf.data import authors
+
+    splits = {}
+    for split, ref in authors.split_refs(settings.name).items():
+        where = f"authors' dataset {ref!r} (split {split!r})"
+        try:
+            splits[split] = authors.normalise(authors.read_split(ref, settings.revision, num_proc),
+                                              settings.task, where)
+        except authors.AuthorsDataError as err:
+            raise DataError(str(err)) from err
+    if settings.test is not None:
+        splits["test"] = load_raw_split(settings.test, settings.task, "test", num_proc)
+    return splits
+
+
+def load_raw_split(raw, task: str, split: str, num_proc: int = 1) -> datasets.Dataset:
+    """One split of a raw-text dataset (``RawDatasetSettings``), with normalised columns."""
+    where = f"dataset '{raw.name}' ({raw.source}) split '{split}'"
+    origins: dict[str, str] = {}
+    if raw.source == "hub":
+        data = _load_hub(raw.name, raw.subset, raw.revision, num_proc, split)
+    else:
+        found = _load_local(Path(raw.name), origins)
+        if split not in found:
+            raise DataError(f"{where}: no such split; found splits: {', '.join(found) or 'none'}")
+        data = found[split]
+    return normalise(data, task, origins.get(split, where), raw.subset)
 
 
 # --------------------------------------------------------------------------------------------------

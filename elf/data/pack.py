@@ -10,6 +10,12 @@ Text is tokenised **without** added special tokens; EOS is placed here explicitl
   covers it so the model learns to stop); ``attention_mask`` is 1 on real tokens (including the
   target's first EOS), ``cond_seq_mask`` is 1 on source positions, ``source_length`` counts them.
 
+The authors' tokenised sets (``source: authors``) are laid out as their collate does instead, one
+row per record: unconditional ids truncated to ``max_length`` and padded with the pad id, padding
+masked out of the loss (``pad_token_rows``); conditional ``[source[:max_input_length] ; target]``
+truncated / EOS-padded with no EOS appended, ``attention_mask`` 1 on source and target ids only
+(``pack_token_pairs(..., append_eos=False)``; the loss still covers the EOS padding).
+
 ``StreamPacker`` is the unconditional packer fed a batch of documents at a time (memory: one batch);
 ``pack_token_streams`` is one call of it. ``elf prepare`` runs one per shard of a big split, so each
 shard's stream is cut on its own (see elf/stages/prepare.py).
@@ -119,9 +125,23 @@ def pack_unconditional(texts: Sequence[str], tokenizer, max_length: int,
                               tokenizer.pad_token_id, max_length, max_sequences)
 
 
+def pad_token_rows(rows: Sequence[Sequence[int]], pad_id: int, max_length: int) -> dict[str, np.ndarray]:
+    """One row per record of ids, truncated to ``max_length`` and padded with ``pad_id``;
+    ``attention_mask`` 1 on the ids (the authors' unconditional collate)."""
+    ids = np.full((len(rows), max_length), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), max_length), dtype=np.int8)
+    for index, row in enumerate(rows):
+        kept = list(row[:max_length])
+        ids[index, :len(kept)] = kept
+        mask[index, :len(kept)] = 1
+    return _arrays(ids, mask)
+
+
 def pack_token_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
-                     eos_id: int, max_length: int, max_input_length: int) -> dict[str, np.ndarray]:
-    """One ``[source[:max_input_length] ; target ; eos]`` row per pair, truncated / EOS-padded."""
+                     eos_id: int, max_length: int, max_input_length: int,
+                     append_eos: bool = True) -> dict[str, np.ndarray]:
+    """One ``[source[:max_input_length] ; target ; eos]`` row per pair, truncated / EOS-padded
+    (``append_eos`` False: no EOS after the target, as the authors' collate)."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
     n = len(sources)
@@ -131,7 +151,7 @@ def pack_token_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequenc
     source_length = np.zeros(n, dtype=np.int32)
     for row, (source, target) in enumerate(zip(sources, targets)):
         source = list(source[:max_input_length])
-        sequence = (source + list(target) + [eos_id])[:max_length]
+        sequence = (source + list(target) + [eos_id] * append_eos)[:max_length]
         ids[row, :len(sequence)] = sequence
         mask[row, :len(sequence)] = 1
         source_length[row] = min(len(source), max_length)

@@ -56,8 +56,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
 
 
 def load_tokenizer(name_or_path: str):
-    """A saved tokenizer folder or a hub id (``t5-small`` on a cluster)."""
-    return AutoTokenizer.from_pretrained(name_or_path)
+    """A saved tokenizer folder or a hub id (``t5-small`` on a cluster; ``name@revision`` pins one)."""
+    from elf.hub import pretrained_kwargs
+
+    name, kwargs = pretrained_kwargs(name_or_path)
+    return AutoTokenizer.from_pretrained(name, **kwargs)
 
 
 def corpus_texts(corpora_dir: str | Path) -> Iterator[str]:

@@ -109,7 +109,10 @@ def build_embedder(settings: EmbeddingSettings, encoder_path: str | None, vocab_
     if dim is None:
         if encoder_path is None:
             raise ValueError(f"embedding kind '{settings.kind}' needs `dim` or an encoder to take it from")
-        dim = T5Config.from_pretrained(encoder_path).d_model
+        from elf.hub import pretrained_kwargs
+
+        name, kwargs = pretrained_kwargs(encoder_path)
+        dim = T5Config.from_pretrained(name, **kwargs).d_model
     if settings.kind == "gaussian":
         return GaussianTable(vocab_size, dim, seed)
     raise ValueError(f"unknown embedding kind {settings.kind!r}")

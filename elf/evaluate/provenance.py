@@ -30,6 +30,11 @@ reference texts    reference score ``texts_sha256``            the texts re-read
 paper values       sidecar ``paper_values.sha256``             sha256 of the file
 =================  ==========================================  =============================================
 
+Hub revisions are shown where they were recorded: a dataset's (and its raw test split's) from its
+``provenance.json``, a pinned tokenizer / encoder as ``name@revision``, the scorer's from its folder's
+``provenance.json``, a released checkpoint's repo, revision, resolved commit and file from its
+``config.json`` (``released``).
+
 Recorded relative paths are resolved against ``root`` (the directory the pipeline ran in; default
 the current directory). A link met again (the same checkpoint behind every samples file) is verified
 again but expanded once (``repeated``). ``cell`` (e.g. ``base/sde8``, ``base/sde8/gen_ppl``,
@@ -406,6 +411,11 @@ class Tracer:
             return link
         link.sha256 = scorer_fingerprint(str(folder), None)["scorer_sha256"]
         self.compare(link, link.sha256, link.recorded)
+        record = folder / "provenance.json"
+        if record.is_file():
+            settings = read_json(record).get("settings") or {}
+            if settings.get("source") == "pretrained":
+                link.info.update(name=settings.get("name_or_path"), revision=settings.get("revision"))
         return link
 
     def reference_texts(self, data: dict, named_by: str) -> Link:
@@ -490,6 +500,7 @@ class Tracer:
             link.fail(BROKEN, "a trained run's config.json names neither an embedding store nor tokens")
         else:
             link.info["note"] = f"run kind {run.get('kind')}: no embedding store of ours behind it"
+            link.info.update(released_info(meta.get("released") or {}))
         return link
 
     # ---- embeddings and data --------------------------------------------------------------------
@@ -563,7 +574,12 @@ class Tracer:
         record = tokens / "provenance.json"
         if record.is_file():
             prepared = read_json(record)
-            link.info.update(name=prepared.get("settings", {}).get("name"),
+            settings = prepared.get("settings", {})
+            test = settings.get("test") or {}
+            link.info.update(name=settings.get("name"), source=settings.get("source"),
+                             revision=settings.get("revision"),
+                             test_split=f"{test.get('name')}@{test.get('revision') or 'default'}"
+                             if test else None,
                              raw_root=prepared.get("raw_root"), code_version=prepared.get("code_version"))
         return link
 
@@ -578,12 +594,25 @@ class Tracer:
     def _model_files(self, kind: str, name: str | None, recorded: str | None, files: tuple,
                      named_by: str) -> Link:
         """A local model folder's file, re-hashed; a hub name with no recorded hash is ``named``."""
+        from elf.hub import split_ref
+
         folder = self.resolve(name or "")
         if recorded is None and not folder.is_dir():
+            hub_name, revision = split_ref(str(name))
             return Link(kind, str(name), status=NAMED, named_by=named_by,
-                        info={"note": "hub name: nothing local to re-hash"})
+                        info={"note": "hub name: nothing local to re-hash", "name": hub_name,
+                              "revision": revision or "default branch"})
         target = next((folder / f for f in files if (folder / f).is_file()), folder / files[0])
         return self.file_link(kind, target, recorded, named_by)
+
+
+def released_info(released: dict) -> dict:
+    """What a released checkpoint's config.json says about its origin, for the run config link."""
+    keys = ("source", "revision", "commit", "filename", "step", "sha256", "ema_weights")
+    info = {f"released_{key}": released.get(key) for key in keys}
+    if released and released.get("revision") is None:
+        info["released_revision"] = "default branch"
+    return info
 
 
 # --------------------------------------------------------------------------------------------------

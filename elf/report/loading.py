@@ -21,7 +21,10 @@ the replication review): a paper value matches a row when (1) the paper's model 
 ``paper_run`` (see ``PAPER_RUN_OF``), (2) the sampler method (ODE/SDE) and step count are equal,
 (3) the SC-CFG scale is equal, (4) γ is equal where both are SDE and the paper states γ, (5) the
 input-CFG scale is equal where the paper states one, (6) our sampler uses the logit-normal grid (every
-tabulated paper value does), and (7) we report that metric.
+tabulated paper value does), (7) we report that metric, and (8) the split is equal where the value
+states one (Table 1: test; the authors' README for their released checkpoints: validation). A row's
+``split`` is the split a conditional (run, sampler) is scored on (``scored_split``; None when
+unconditional).
 """
 
 from __future__ import annotations
@@ -156,6 +159,31 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
 
 
+def scored_split(exp: Experiment, run: str, sampler: str) -> str | None:
+    """The split a conditional (run, sampler) is sampled and scored on: the sampler's own, else
+    ``evaluation.split`` (as the sample rule passes it); None for an unconditional run."""
+    dataset = exp.datasets.get(exp.run(run).dataset)
+    if dataset is None or dataset.task == "unconditional":
+        return None
+    return exp.samplers[sampler].split or exp.evaluation.split
+
+
+def dataset_layout(exp: Experiment, name: str) -> str:
+    """One line on a dataset: where it comes from (with revisions) and its sequence layout."""
+    ds = exp.datasets[name]
+    where = f"{ds.source} {ds.name}" + (f"@{ds.revision}" if ds.revision else "")
+    if ds.test is not None:
+        where += f"; test split from {ds.test.source} {ds.test.name}" + \
+            (f" {ds.test.subset}" if ds.test.subset else "") + \
+            (f"@{ds.test.revision}" if ds.test.revision else "")
+    if ds.target_tokens is None:
+        layout = f"{ds.max_length}-token rows"
+    else:
+        layout = (f"source ≤ {ds.max_input_length} + target {ds.target_tokens} tokens "
+                  f"(max_length {ds.max_length})")
+    return f"{name} ({ds.task}): {layout}; {where}"
+
+
 def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], aggregates_root: str | Path,
               what: str = "") -> pd.DataFrame:
     """One row per (run, sampler) pair: settings, metrics and the aggregate's path and hash."""
@@ -164,6 +192,7 @@ def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], aggregates_root
         path = aggregate_path(aggregates_root, run, sampler)
         aggregate = load_aggregate(path, f"{what + ': ' if what else ''}run {run}, sampler {sampler}")
         rows.append({**run_columns(exp, run), **sampler_columns(exp, sampler),
+                     "split": scored_split(exp, run, sampler),
                      **metric_columns(aggregate.get("metrics", {})),
                      "aggregate_path": str(path), "aggregate_sha256": sha256_file(path)})
     frame = pd.DataFrame(rows)
@@ -251,12 +280,16 @@ PAPER_RUN_OF = {
     ("T10", "ELF-M"): "R02",
     ("T10", "ELF-L"): "R03",
     ("T4", "ELF-B+PD"): "R34",
+    ("README", "ELF-B", "wmt14_de_en"): "R04",   # the authors' README: their released checkpoints
+    ("README", "ELF-B", "xsum"): "R05",
 }
+README_SECTION = "authors_readme_released"
 T5_FIRST_ROUND_RUN = 30  # T5 round k is the student of run R(29 + k)
 # Which figures reuse a table's numbers (inventory §1: F4 = T10 ODE ELF-B, F6 = T10, F7 = T9, F9a = T4).
-ALSO_SHOWN_IN = {"T10": ("F6",), "T9": ("F7a", "F7b", "F1"), "T4": ("F9a",)}
+ALSO_SHOWN_IN = {"T10": ("F6",), "T9": ("F7a", "F7b", "F1"), "T4": ("F9a",), "README": ("T1",)}
 POINT_COLUMNS = ("point", "entry", "src", "ids", "model", "paper_run", "task", "method", "steps",
-                 "gamma", "sc_cfg", "input_cfg", "round", "metric", "value", "se", "origin", "page")
+                 "gamma", "sc_cfg", "input_cfg", "split", "round", "metric", "value", "se", "origin",
+                 "page")
 
 
 def load_paper_values(path: str | Path) -> dict:
@@ -283,14 +316,17 @@ def _paper_run(src: str, entry: dict) -> str | None:
 
 
 def _point_ids(src: str, entry: dict) -> tuple[str, ...]:
-    ids = (src, *ALSO_SHOWN_IN.get(src, ()))
+    ids = ALSO_SHOWN_IN[src] if src == "README" else (src, *ALSO_SHOWN_IN.get(src, ()))
     if src == "T10" and entry.get("model") == "ELF-B" and entry.get("sampler") == "ode":
         ids += ("F4",)
     return ids
 
 
 def _section_defaults(key: str, section: dict) -> dict:
-    """Settings a table states once for all its entries (T5: the blog's SDE γ 1.5, SC-CFG 2.5)."""
+    """Settings a table states once for all its entries (T1: the test split; T5: the blog's SDE
+    γ 1.5, SC-CFG 2.5)."""
+    if key == "table_1":
+        return {"split": (section.get("elf_setting") or {}).get("split")}
     if key != "table_5":
         return {}
     sampling = section.get("sampling") or {}
@@ -304,6 +340,12 @@ def _entries(paper_values: dict) -> Iterable[tuple[str, int, dict]]:
         defaults = _section_defaults(key, section)
         for index, entry in enumerate(section.get("entries", [])):
             yield key, index, {**defaults, **entry}
+    readme = paper_values.get(README_SECTION) or {}
+    setting = readme.get("conditional_setting") or {}
+    for index, entry in enumerate(readme.get("conditional", [])):  # validation scores, not the paper's
+        yield README_SECTION, index, {"src": "README", **setting, "task": entry.get("task"),
+                                      "metric": entry.get("metric"), "value": entry.get("validation"),
+                                      "origin": f"authors' README ({entry.get('repo')})"}
 
 
 def paper_points(paper_values: dict) -> pd.DataFrame:
@@ -321,7 +363,7 @@ def paper_points(paper_values: dict) -> pd.DataFrame:
             measured = [(m, entry[m], None) for m in ("gen_ppl", "entropy") if m in entry]
         entry_key = ":".join(str(entry.get(k)) for k in
                              ("src", "model", "task", "sampler", "steps", "gamma", "sc_cfg",
-                              "input_cfg", "round"))
+                              "input_cfg", "split", "round"))
         for metric, value, se in measured:
             if value is None:
                 continue  # the paper prints '-' here
@@ -331,8 +373,8 @@ def paper_points(paper_values: dict) -> pd.DataFrame:
                 "paper_run": _paper_run(src, entry), "task": entry.get("task"),
                 "method": entry.get("sampler"), "steps": entry.get("steps"),
                 "gamma": entry.get("gamma"), "sc_cfg": entry.get("sc_cfg"),
-                "input_cfg": entry.get("input_cfg"), "round": entry.get("round"),
-                "metric": metric, "value": float(value), "se": _number(se),
+                "input_cfg": entry.get("input_cfg"), "split": entry.get("split"),
+                "round": entry.get("round"), "metric": metric, "value": float(value), "se": _number(se),
                 "origin": entry.get("origin"), "page": entry.get("page_v2"),
             })
     return pd.DataFrame(rows, columns=list(POINT_COLUMNS))
@@ -387,6 +429,8 @@ def point_matches_row(point: pd.Series | dict, row: pd.Series | dict) -> bool:
     if not _missing(point["input_cfg"]) and not _same(row.get("input_cfg"), point["input_cfg"]):
         return False
     if row.get("grid") != "logit_normal":
+        return False
+    if not _missing(point["split"]) and row.get("split") != point["split"]:
         return False
     return point["metric"] in row and not _missing(row.get(point["metric"]))
 

@@ -38,7 +38,10 @@ MATCHING_RULE = [
     "γ is equal when the paper value is from the SDE sampler and states γ;",
     "the input-CFG scale is equal when the paper states one (T1);",
     "our sampler uses the logit-normal time grid (every tabulated paper value does);",
-    "our aggregate reports that metric.",
+    "our aggregate reports that metric;",
+    "the split is equal where the value states one: the paper's T1 is on the test split, the "
+    "authors' README (README rows: their released checkpoints, ELF-B De-En → R04, XSum → R05) on "
+    "the validation split of their sets.",
 ]
 SE_RULE = ("Within SE: |ours − paper| ≤ sqrt(se_paper² + se_ours²). se_paper is the paper's printed "
            "SE (T9: over 6 seeds; T1 XSum: across examples), 0 when the paper prints none; se_ours is "
@@ -50,9 +53,10 @@ EMBEDDED_BANNER = ("This is a small-scale run of the pipeline on generated corpo
                    "numbers are expected and say nothing about the method; the comparison shows that "
                    "every number is produced, matched and traced.")
 
-COMPARISON_COLUMNS = ["src", "point", "model", "paper_run", "run", "sampler", "setting", "metric",
-                      "paper", "paper_se", "ours", "ours_se", "diff", "combined_se", "within_se",
-                      "used_by", "aggregate_path"]
+COMPARISON_COLUMNS = ["src", "point", "model", "paper_run", "run", "sampler", "setting", "split",
+                      "metric", "paper", "paper_se", "ours", "ours_se", "diff", "combined_se",
+                      "within_se", "used_by", "aggregate_path"]
+PER_EXAMPLE_SE_SOURCES = ("T1", "README")   # conditional scores: SE across examples
 
 
 def within_se(ours: float, paper: float, se_ours: float = math.nan,
@@ -85,14 +89,15 @@ def compare(frame: pd.DataFrame, points: pd.DataFrame,
     out = []
     for _, match in match_paper(frame, points).iterrows():
         row = frame.loc[match["row_index"]]
-        prefer = "examples" if match["src"] == "T1" else "seeds"
+        prefer = "examples" if match["src"] in PER_EXAMPLE_SE_SOURCES else "seeds"
         ours_se = reported_se(row, match["metric"], prefer)
         diff, combined, ok = within_se(float(row[match["metric"]]), float(match["value"]),
                                        ours_se, float(match["se"]))
         out.append({
             "src": match["src"], "point": match["point"], "model": match["model"],
             "paper_run": match["paper_run"], "run": row["run"], "sampler": row["sampler"],
-            "setting": setting_text(row), "metric": match["metric"], "paper": match["value"],
+            "setting": setting_text(row), "split": row.get("split") or DASH,
+            "metric": match["metric"], "paper": match["value"],
             "paper_se": match["se"], "ours": float(row[match["metric"]]), "ours_se": ours_se,
             "diff": diff, "combined_se": combined, "within_se": ok,
             "used_by": ", ".join((ids_of_pair or {}).get((row["run"], row["sampler"]), [])),
@@ -326,9 +331,11 @@ def _num(value: Any, digits: int = 2) -> str:
 
 def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: list[str],
                  scale: str, unstated_settings: Iterable[str] = (),
-                 baseline_count: int = 0, config_checks: pd.DataFrame | None = None) -> Document:
+                 baseline_count: int = 0, config_checks: pd.DataFrame | None = None,
+                 data: Iterable[str] = ()) -> Document:
     """Lay out the replication review (see module docstring); ``config_checks``: the rows of
-    ``configuration_checks`` (a section of their own, apart from the measured comparisons)."""
+    ``configuration_checks`` (a section of their own, apart from the measured comparisons);
+    ``data``: a line per dataset (``loading.dataset_layout``): origin, revisions, layout."""
     checks = config_checks if config_checks is not None else pd.DataFrame(columns=CHECK_COLUMNS)
     same = int((checks["same"] == "yes").sum())
     doc = Document()
@@ -349,14 +356,19 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: l
         per_src = [f"{src}: {int(g['within_se'].sum())} of {len(g)} within SE"
                    for src, g in comparisons.groupby("src", sort=False)]
         doc.add("p", "By source: " + "; ".join(per_src) + ".")
+    doc.add("h2", "Data and splits")
+    doc.add("ul", (list(data) or ["(no datasets supplied)"]) +
+            ["Each comparison below names the split its number is on (conditional runs; "
+             "'–' for unconditional ones)."])
     doc.add("h2", "Matching rule")
     doc.add("p", "A paper value is compared with one of our (run, sampler) results when:")
     doc.add("ul", MATCHING_RULE)
     doc.add("p", SE_RULE)
     doc.add("h2", "Comparisons")
-    header = ["Paper", "Model", "Run / sampler", "Setting", "Metric", "Paper value", "Ours",
+    header = ["Paper", "Model", "Run / sampler", "Setting", "Split", "Metric", "Paper value", "Ours",
               "Diff", "Comb. SE", "Within SE", "Used by", "Provenance"]
-    rows = [[c["src"], str(c["model"]), f"{c['run']} / {c['sampler']}", c["setting"], c["metric"],
+    rows = [[c["src"], str(c["model"]), f"{c['run']} / {c['sampler']}", c["setting"], c["split"],
+             c["metric"],
              paper_pm(c["paper"], c["paper_se"]), fmt_pm(c["ours"], c["ours_se"]),
              f"{c['diff']:+.2f}",
              _num(c["combined_se"], 3), "yes" if c["within_se"] else "no", c["used_by"],

@@ -29,7 +29,7 @@ import pandas as pd
 
 from elf.config import Experiment
 from elf.io import atomic_path
-from elf.report.loading import (BILLION, match_paper, our_token_bars, pair_metrics,
+from elf.report.loading import (BILLION, dataset_layout, match_paper, our_token_bars, pair_metrics,
                                 paper_pd_tokens, reported_se, run_epochs, trained_tokens)
 
 DEGENERATE_ENTROPY = 5.0  # paper T5 stars cells with entropy < 5
@@ -206,30 +206,52 @@ T1_COLUMNS = [("translation", "bleu", "De-En BLEU"), ("summarization", "rouge1",
 
 
 def table_T1(inputs: TableInputs) -> Table:
-    """BLEU on De-En and ROUGE-1/2/L on XSum: the paper's rows (baselines, ELF-B) and ours."""
-    points = inputs.points[inputs.points["src"] == "T1"] if not inputs.points.empty \
+    """BLEU on De-En and ROUGE-1/2/L on XSum: the paper's rows (baselines, ELF-B, test split), the
+    authors' README for their released checkpoints (validation split), and ours per split."""
+    points = inputs.points[inputs.points["src"].isin(["T1", "README"])] if not inputs.points.empty \
         else inputs.points
-    header = ["Model", "Params", *[c[2] for c in T1_COLUMNS], "Source"]
+    header = ["Model", "Params", *[c[2] for c in T1_COLUMNS], "Split", "Source"]
     rows = []
-    for model, group in points.groupby("model", sort=False):
+    for (src, model), group in points.groupby(["src", "model"], sort=False):
         cells = {p["metric"]: paper_pm(p["value"], p["se"]) for _, p in group.iterrows()}
+        source = "authors' README (released checkpoints)" if src == "README" else \
+            "paper" + _origin_marks(group["origin"])
         rows.append([model, _t1_params(inputs.paper_values, model),
                      *[cells.get(m, DASH) for _, m, _ in T1_COLUMNS],
-                     "paper" + _origin_marks(group["origin"])])
-    notes = ["Paper: T1 (p. 9); XSum SE across evaluation examples; † = value from earlier work, "
-             "‡ = reproduced by the paper's authors."]
+                     str(group["split"].iloc[0] or "test"), source])
+    notes = ["Paper: T1 (p. 9), test split; XSum SE across evaluation examples; † = value from "
+             "earlier work, ‡ = reproduced by the paper's authors. The authors' README states their "
+             "released checkpoints' scores on the validation split of their sets."]
     frame = inputs.frame
-    for sampler, group in frame.groupby("sampler", sort=False) if not frame.empty else []:
-        cells, runs = {}, []
+    for _, group in _t1_groups(frame):
+        first, cells, runs = group.iloc[0], {}, []
         for _, row in group.iterrows():
             for task, metric, _ in T1_COLUMNS:
                 if metric not in cells and metric in row and _finite(row.get(metric)):
                     cells[metric] = ours(row, metric, prefer="examples")
                     runs.append(row["run"])
-        rows.append([f"ELF (ours) [{', '.join(dict.fromkeys(runs)) or DASH}]", DASH,
-                     *[cells.get(m, DASH) for _, m, _ in T1_COLUMNS],
-                     f"ours ({sampler_text(group.iloc[0])})"])
-    return Table("T1", inputs.title, header, rows, notes + provenance_note(frame))
+        kind = "released checkpoints" if first["run_kind"] == "released" else "ours"
+        rows.append([f"ELF ({kind}) [{', '.join(dict.fromkeys(runs)) or DASH}]", DASH,
+                     *[cells.get(m, DASH) for _, m, _ in T1_COLUMNS], str(first.get("split") or DASH),
+                     f"ours ({sampler_text(first)})"])
+    return Table("T1", inputs.title, header, rows,
+                 notes + layout_notes(inputs.exp, frame) + provenance_note(frame))
+
+
+def _t1_groups(frame: pd.DataFrame):
+    """Our T1 rows grouped into table rows: one per sampler and run kind (trained / released)."""
+    if frame.empty:
+        return []
+    keyed = frame.assign(released=frame["run_kind"] == "released")
+    return keyed.groupby(["sampler", "released"], sort=False)
+
+
+def layout_notes(exp: Experiment | None, frame: pd.DataFrame) -> list[str]:
+    """The sequence layout and origin of each dataset behind a table's rows (spec §2)."""
+    if exp is None or frame.empty or "dataset" not in frame:
+        return []
+    names = [d for d in dict.fromkeys(frame["dataset"]) if d in exp.datasets]
+    return ["Data: " + "; ".join(dataset_layout(exp, name) for name in names) + "."] if names else []
 
 
 def _origin_marks(origins: pd.Series) -> str:

@@ -149,11 +149,15 @@ def _build_embedder(settings: EmbeddingSettings, encoder: str, vocab_size: int, 
 
 def encoder_identity(name_or_path: str) -> dict:
     """Name/path, config hash and vocab size, plus the weights' sha256 for a local folder."""
+    from elf.hub import pretrained_kwargs
+
     identity: dict = {"name_or_path": str(name_or_path)}
+    name, kwargs = pretrained_kwargs(str(name_or_path))
+    identity.update(kwargs)  # the pinned revision, when there is one
     try:
         from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(str(name_or_path)).to_dict()
+        config = AutoConfig.from_pretrained(name, **kwargs).to_dict()
     except (OSError, ValueError):
         return identity
     for volatile in ("transformers_version", "_name_or_path"):

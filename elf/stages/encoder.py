@@ -92,8 +92,11 @@ def run(args) -> None:
             record.update(final_loss=losses[-1], final_loss_mean10=sum(tail) / len(tail),
                           first_loss=losses[0], train_sequences=len(input_ids))
         else:
-            encoder = load_encoder(settings.name_or_path)
-            record.update(pretrained=settings.name_or_path)
+            from elf.hub import hub_ref
+
+            ref = hub_ref(settings.name_or_path, settings.revision)
+            encoder = load_encoder(ref)
+            record.update(pretrained=ref)
         check_pairing(tokenizer, encoder)
     except ValueError as err:
         raise ElfError(str(err)) from err

@@ -8,6 +8,9 @@ and columns ``input_ids`` (L int32), ``attention_mask`` (L int8), ``cond_seq_mas
 tokens dropped — the figures' "Dataset" reference) or ``source_text`` and ``reference`` (conditional:
 the raw source and target of each row, for BLEU / ROUGE); and ``provenance.json``.
 Packing rules are in ``elf.data.pack``; raw loading and split carving in ``elf.data.loaders``.
+``source: authors`` reads the authors' token ids (``elf.data.authors``; ids beyond the tokenizer's
+vocabulary are refused) and lays out one row per record as their collate does; its raw ``test``
+split is tokenised here without special tokens and laid out the same way.
 ``max_train_sequences`` caps the train split only. The same inputs give byte-identical files.
 
 Shards (OpenWebText: 9B tokens, too big for one process's memory). The train split is cut into
@@ -128,19 +131,48 @@ class ShardJob:
             return False
 
 
+def one_row_per_record(settings: DatasetSettings) -> bool:
+    """Conditional pairs, and the authors' unconditional rows, give one row each (no stream)."""
+    return settings.task != "unconditional" or settings.source == "authors"
+
+
+def _token_ids(batch: dict, columns: tuple[str, ...], texts: tuple[str, ...], tokenizer,
+               where: str) -> list[list]:
+    """The batch's id columns (the authors' sets), else its texts tokenised without special tokens."""
+    from elf.data.authors import AuthorsDataError, check_ids
+
+    if columns[0] not in batch:
+        return [tokenizer(list(batch[c]), add_special_tokens=False)["input_ids"] for c in texts]
+    ids = [list(batch[c]) for c in columns]
+    try:
+        for rows in ids:
+            check_ids(rows, len(tokenizer), where)
+    except AuthorsDataError as err:
+        raise ElfError(str(err)) from err
+    return ids
+
+
 def _row_batches(job: ShardJob, settings: DatasetSettings, tokenizer, progress: bool):
     """Packed arrays (+ text columns) of one shard, a batch of raw documents at a time."""
-    from elf.data.pack import StreamPacker, pack_token_pairs, rows_arrays
+    from elf.data.pack import StreamPacker, pack_token_pairs, pad_token_rows, rows_arrays
 
     batches = job.data.iter(batch_size=BATCH_DOCUMENTS)
     steps = tqdm(batches, total=-(-len(job.data) // BATCH_DOCUMENTS), desc=job.name, leave=False,
                  disable=not progress)
+    authors = settings.source == "authors"
     if settings.task != "unconditional":
         for batch in steps:
-            ids = [tokenizer(list(batch[c]), add_special_tokens=False)["input_ids"] for c in ("source", "target")]
+            ids = _token_ids(batch, ("condition_input_ids", "input_ids"), ("source", "target"),
+                             tokenizer, job.name)
             arrays = pack_token_pairs(*ids, tokenizer.eos_token_id, settings.max_length,
-                                      settings.max_input_length)
+                                      settings.max_input_length, append_eos=not authors)
             yield arrays | {"source_text": list(batch["source"]), "reference": list(batch["target"])}, {}
+        return
+    if authors:
+        for batch in steps:
+            docs = _token_ids(batch, ("input_ids",), ("text",), tokenizer, job.name)[0]
+            yield pad_token_rows(docs, tokenizer.pad_token_id, settings.max_length), \
+                {"tokens_in": sum(len(d) for d in docs)}
         return
     packer = StreamPacker(tokenizer.eos_token_id, tokenizer.pad_token_id, settings.max_length, job.cap)
     for batch in steps:
@@ -203,10 +235,10 @@ def content_settings(settings: DatasetSettings) -> dict:
 
 def _code_sha256() -> str:
     """Hash of the code a shard's bytes depend on, so a resumed run never mixes two versions."""
-    from elf.data import loaders, pack
+    from elf.data import authors, loaders, pack
 
     digest = hashlib.sha256()
-    for module in (pack.__file__, loaders.__file__, __file__):
+    for module in (pack.__file__, loaders.__file__, authors.__file__, __file__):
         digest.update(Path(module).read_bytes())
     return digest.hexdigest()
 
@@ -218,7 +250,7 @@ def plan_shards(raw, settings: DatasetSettings, parts: str | os.PathLike, tokeni
     for split in SPLITS:
         data = raw[split]
         cap = settings.max_train_sequences if split == "train" else 0
-        if cap and settings.task != "unconditional":  # one row per pair: cap the pairs up front
+        if cap and one_row_per_record(settings):  # cap the records up front
             data = data.select(range(min(cap, len(data))))
         count = max(1, min(settings.prepare_shards if split == "train" else 1, len(data)))
         for index in range(count):

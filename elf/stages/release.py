@@ -1,18 +1,26 @@
 """``elf release``: the authors' released checkpoint → a run directory, as if this pipeline trained it.
 
-Reads a ``torch.save`` dict with ``ema_params1`` (EMA weights, required) and ``params`` (raw weights)
-in the parameter layout of spec §3 — the Hugging Face repos ``embedded-language-flows/ELF-B-owt-torch``,
-``…/ELF-B-PD-owt-torch``, … — from a local file, a local folder or the Hub; infers the network shape
-from the weights, checks it against the run's model settings, and writes ``--out``/
-``{ema,model}.safetensors`` and ``config.json`` (the train stage's keys, plus ``released``: source,
-file name, sha256). ``elf sample`` then treats the run like any trained one.
+The authors' layout (their ``save_checkpoint``; Hugging Face repos ``embedded-language-flows/ELF-B-owt-torch``,
+``…/ELF-M-owt-torch``, ``…/ELF-L-owt-torch``, ``…/ELF-B-de-en-torch``, ``…/ELF-B-xsum-torch``,
+``…/ELF-B-PD-owt-torch``): a file ``checkpoint_<step>`` (no extension; ``torch.save`` of a dict with
+``params``, ``ema_params1``, ``opt_state``, ``lr_scheduler``, ``step``, ``epoch``, ``dropout_rng``,
+``grad_accum_buffers``) next to the ``config.yml`` it was trained with. The network takes the EMA
+weights ``ema_params1``, or ``params`` when a file has none (the authors' loader falls back the same
+way); which one is said in ``config.json``. The weights are in the parameter layout of spec §3; the
+network shape is inferred from them and checked against the run's model settings, and ``config.yml``
+(when present) against the run's size, bottleneck, sequence layout, padding and normalisation
+(``config_mismatches``). Writes ``--out``/``{ema,model}.safetensors`` and ``config.json`` (the train
+stage's keys, plus ``released``: source, revision, commit, file, sha256, step, which weights, the
+checked ``config.yml`` entries). ``elf sample`` then treats the run like any trained one.
 
 ``--source`` (default: the run's ``released`` setting) is one of
-- a local file: used as is;
-- a local folder, or a Hub id ``owner/name``: the file ``--filename``; without it, the one file named
-  ``*.pt``, ``*.pth``, ``*.bin`` or ``*.ckpt`` in it (several or none: an error listing them);
-- ``owner/name/path/in/repo.pt``: a Hub id with the file name inside the repo.
-Hub files are fetched with ``huggingface_hub.hf_hub_download`` (cached under ``~/.cache/huggingface``).
+- a local file: used as is (its folder's ``config.yml`` is read when there is one);
+- a local folder, or a Hub id ``owner/name``: the file ``--filename``; without it, the highest
+  ``checkpoint_<step>``, else the one file named ``*.pt``, ``*.pth``, ``*.bin`` or ``*.ckpt`` (several
+  or none: an error listing them), and the ``config.yml`` beside it;
+- ``owner/name/path/in/repo``: a Hub id with the file name inside the repo.
+Hub files are fetched with ``huggingface_hub.hf_hub_download`` at ``--revision`` (default: the run's
+``released_revision``; cached under ``$HF_HOME``, see docs/cluster.md).
 
     elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer t5-small \\
         --settings '{"run": {"dataset": "owt", "kind": "released", ...}, "dataset": {...},
@@ -24,17 +32,17 @@ Hub files are fetched with ``huggingface_hub.hf_hub_download`` (cached under ``~
 from __future__ import annotations
 
 import argparse
-import pickle
 import re
 import sys
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable
 
 from elf.cli import ElfError
 from elf.config import to_dict
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
-EMA_KEY, RAW_KEY = "ema_params1", "params"
+CHECKPOINT_STEP = re.compile(r"checkpoint_(\d+)")   # the authors' save_checkpoint names
+CONFIG_YML = "config.yml"
 # The released configs normalise embeddings with a fixed mean 0.0 and std 0.2 (spec §2).
 RELEASED_MEAN, RELEASED_STD = 0.0, 0.2
 HUB_ID = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?:/(?P<file>.+))?$")
@@ -45,8 +53,10 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--source", help="local file or folder, or Hugging Face id owner/name[/file] "
                    "(default: the run's `released` setting)")
-    p.add_argument("--filename", help="file inside a Hub repo or folder (default: its one "
-                   f"{'/'.join('*' + s for s in CHECKPOINT_SUFFIXES)} file)")
+    p.add_argument("--filename", help="file inside a Hub repo or folder (default: its highest "
+                   f"checkpoint_<step>, else its one {'/'.join('*' + s for s in CHECKPOINT_SUFFIXES)} file)")
+    p.add_argument("--revision", help="Hub revision of the repo (default: the run's "
+                   "`released_revision`; none: its default branch)")
     p.add_argument("--settings", required=True,
                    help="JSON with keys run, dataset, embedding[, sizes] (as `elf train` takes)")
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (vocabulary check)")
@@ -55,84 +65,87 @@ def register(sub) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Finding the file
+# Finding the files
 # --------------------------------------------------------------------------------------------------
 
 def pick_checkpoint_file(names: list[str], where: str) -> str:
-    """The one checkpoint-like file among ``names``; none or several is an error naming them."""
+    """The highest ``checkpoint_<step>`` among ``names``, else the one checkpoint-like file; none or
+    several is an error naming them."""
+    steps = {int(m[1]): n for n in names if (m := CHECKPOINT_STEP.fullmatch(PurePosixPath(n).name))}
+    if steps:
+        return steps[max(steps)]
     found = sorted(n for n in names if n.endswith(CHECKPOINT_SUFFIXES))
     if len(found) != 1:
         listed = ", ".join(found or sorted(names)) or "nothing"
-        raise ElfError(f"{where}: expected exactly one {'/'.join(CHECKPOINT_SUFFIXES)} file, found "
-                       f"{listed}; name it with --filename")
+        raise ElfError(f"{where}: expected a checkpoint_<step> file or exactly one "
+                       f"{'/'.join(CHECKPOINT_SUFFIXES)} file, found {listed}; name it with --filename")
     return found[0]
 
 
-def _hub_download(repo_id: str, filename: str) -> str:
+def config_beside(name: str) -> str:
+    """The repo path of the ``config.yml`` next to a checkpoint file."""
+    return str(PurePosixPath(name).parent / CONFIG_YML).removeprefix("./")
+
+
+def _hub_download(repo_id: str, filename: str, revision: str | None = None) -> str:
     from huggingface_hub import hf_hub_download
-    return hf_hub_download(repo_id=repo_id, filename=filename)
+    return hf_hub_download(repo_id=repo_id, filename=filename, revision=revision)
 
 
-def _hub_list(repo_id: str) -> list[str]:
+def _hub_list(repo_id: str, revision: str | None = None) -> list[str]:
     from huggingface_hub import list_repo_files
-    return list_repo_files(repo_id)
+    return list_repo_files(repo_id, revision=revision)
 
 
-def resolve_source(source: str, filename: str | None = None,
-                   download: Callable[[str, str], str] = _hub_download,
-                   list_files: Callable[[str], list[str]] = _hub_list) -> tuple[Path, dict]:
-    """The local path of the checkpoint file and where it came from (``download``/``list_files``:
-    the Hub calls, replaceable in tests)."""
+def resolve_source(source: str, filename: str | None = None, revision: str | None = None,
+                   download: Callable[..., str] = _hub_download,
+                   list_files: Callable[..., list[str]] = _hub_list) -> tuple[Path, Path | None, dict]:
+    """The local checkpoint file, its ``config.yml`` (None when there is none) and where they came
+    from (``download``/``list_files``: the Hub calls, replaceable in tests)."""
     path = Path(source)
     if path.is_file():
-        return path, {"source": source, "repo_id": None, "filename": path.name}
+        config = path.parent / CONFIG_YML
+        return path, (config if config.is_file() else None), \
+            {"source": source, "repo_id": None, "filename": path.name}
     if path.is_dir():
         name = filename or pick_checkpoint_file([p.name for p in path.iterdir() if p.is_file()],
                                                 f"--source {source}")
         if not (path / name).is_file():
             raise ElfError(f"--source {source}: no file {name} in this folder")
-        return path / name, {"source": source, "repo_id": None, "filename": name}
+        config = path / config_beside(name)
+        return path / name, (config if config.is_file() else None), \
+            {"source": source, "repo_id": None, "filename": name}
     match = HUB_ID.match(source)
     if not match:
         raise ElfError(f"--source {source}: no such file or folder, and not a Hugging Face id "
                        "owner/name[/file]")
-    repo_id = match["repo"]
-    name = filename or match["file"]
+    return _from_hub(source, match["repo"], filename or match["file"], revision, download, list_files)
+
+
+def _from_hub(source: str, repo_id: str, name: str | None, revision: str | None,
+              download: Callable[..., str], list_files: Callable[..., list[str]]
+              ) -> tuple[Path, Path | None, dict]:
+    from elf.hub import snapshot_commit
+
+    at = f"{repo_id}" + (f"@{revision}" if revision else "")
     try:
-        name = name or pick_checkpoint_file(list_files(repo_id), f"Hugging Face repo {repo_id}")
-        local = download(repo_id, name)
+        listing = list_files(repo_id, revision)
+        name = name or pick_checkpoint_file(listing, f"Hugging Face repo {at}")
+        local = download(repo_id, name, revision)
+        config = download(repo_id, config_beside(name), revision) \
+            if config_beside(name) in listing else None
     except ElfError:
         raise
     except Exception as err:  # the Hub's errors (offline, not found, gated) have many types
         raise ElfError(f"--source {source}: not a local file or folder, and the Hugging Face "
-                       f"download of {repo_id}/{name or '?'} failed: {err}") from err
-    return Path(local), {"source": source, "repo_id": repo_id, "filename": name}
+                       f"download of {at}/{name or '?'} failed: {err}") from err
+    return Path(local), (Path(config) if config else None), \
+        {"source": source, "repo_id": repo_id, "filename": name, "commit": snapshot_commit(local)}
 
 
 # --------------------------------------------------------------------------------------------------
 # Reading and checking the weights
 # --------------------------------------------------------------------------------------------------
-
-def read_released(path: Path) -> tuple[dict, dict | None]:
-    """The EMA and raw state dicts (float32) of a released file; raw is None when absent."""
-    import torch
-
-    try:
-        blob = torch.load(path, weights_only=True, map_location="cpu")
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
-        raise ElfError(f"{path}: not a checkpoint torch.load can read safely "
-                       f"(weights_only=True): {str(err).splitlines()[0]}") from err
-    if not isinstance(blob, dict) or EMA_KEY not in blob:
-        found = ", ".join(map(str, blob)) if isinstance(blob, dict) else type(blob).__name__
-        raise ElfError(f"{path}: no '{EMA_KEY}' entry (the EMA weights of a released checkpoint); "
-                       f"found {found}")
-
-    def as_float(state):
-        return {k: v.float() for k, v in state.items()}
-
-    raw = blob.get(RAW_KEY)
-    return as_float(blob[EMA_KEY]), (as_float(raw) if raw is not None else None)
-
 
 def model_mismatches(cfg, run_s, sizes: dict) -> list[str]:
     """Where the checkpoint's shape disagrees with the run's model settings (the report labels the
@@ -185,6 +198,7 @@ def infer_config(state: dict, max_length: int, vocab_size: int, what: str):
 # --------------------------------------------------------------------------------------------------
 
 def check_embedding(emb_s) -> None:
+    """Without a config.yml: the normalisation must at least be fixed (released: 0.0 / 0.2)."""
     if emb_s.normalization != "fixed":
         raise ElfError(f"the embedding's normalization is {emb_s.normalization!r}; released "
                        f"checkpoints were trained with the fixed mean {RELEASED_MEAN} / std "
@@ -194,37 +208,63 @@ def check_embedding(emb_s) -> None:
               f"not the released configs' {RELEASED_MEAN} / {RELEASED_STD}", file=sys.stderr)
 
 
+def check_training_config(config_path: Path | None, run_s, data_s, emb_s) -> dict | None:
+    """``config.yml`` checked against the run's settings: its checked entries, its hash and path
+    (None, with the embedding's normalisation checked alone, when the release has none)."""
+    from elf.io import sha256_file
+    from elf.train.released import checked_settings, config_mismatches, read_config_yml
+
+    if config_path is None:
+        print(f"elf release: warning: no {CONFIG_YML} beside the checkpoint; its training "
+              "settings cannot be checked against the run's", file=sys.stderr)
+        check_embedding(emb_s)
+        return None
+    yml = read_config_yml(config_path)
+    problems = config_mismatches(yml, run_s, data_s, emb_s)
+    if problems:
+        raise ElfError(f"{config_path} (the release's training settings) does not match the run: "
+                       + "; ".join(problems))
+    return {"path": str(config_path), "sha256": sha256_file(config_path),
+            "checked": checked_settings(yml)}
+
+
 def run(args) -> None:
     from elf.data.tokenizer import load_tokenizer
     from elf.io import provenance, sha256_file
     from elf.stages.train import parse_train_settings
     from elf.train.checkpoint import model_meta, save_final
+    from elf.train.released import ReleasedCheckpointError, read_checkpoint
 
     run_s, data_s, emb_s, sizes = parse_train_settings(args.settings)
     if run_s.kind != "released":
         raise ElfError(f"run kind is {run_s.kind!r}; `elf release` converts kind 'released' runs")
-    check_embedding(emb_s)
     source = args.source or run_s.released
     if not source:
         raise ElfError("no --source, and the run has no `released` setting")
-    path, origin = resolve_source(source, args.filename)
-    ema_state, raw_state = read_released(path)
+    revision = args.revision or run_s.released_revision
+    path, config_path, origin = resolve_source(source, args.filename, revision)
+    try:
+        training_config = check_training_config(config_path, run_s, data_s, emb_s)
+        weights = read_checkpoint(path)
+    except ReleasedCheckpointError as err:
+        raise ElfError(str(err)) from err
     vocab = len(load_tokenizer(args.tokenizer))
-    cfg = infer_config(ema_state, data_s.max_length, vocab, f"{path} ({EMA_KEY})")
+    cfg = infer_config(weights.ema, data_s.max_length, vocab, f"{path} ({weights.ema_from})")
     problems = model_mismatches(cfg, run_s, sizes)
     if problems:
         raise ElfError(f"{path} does not match the run's model settings: " + "; ".join(problems))
     if vocab > cfg.vocab_size:
         raise ElfError(f"tokenizer {args.tokenizer} has {vocab} ids, the checkpoint's decode head "
                        f"only {cfg.vocab_size}: not the tokenizer it was trained with")
-    ema = build_network(ema_state, cfg, f"{path} ({EMA_KEY})")
-    raw = build_network(raw_state, cfg, f"{path} ({RAW_KEY})") if raw_state is not None else ema
+    ema = build_network(weights.ema, cfg, f"{path} ({weights.ema_from})")
+    raw = build_network(weights.raw, cfg, f"{path} ({weights.raw_from})")
     meta = model_meta(
         cfg, run=to_dict(run_s), dataset=to_dict(data_s), embedding=to_dict(emb_s), store=None,
         tokenizer=str(args.tokenizer), store_identity=None,
         normalization_stats={"normalization": "fixed", "mean": emb_s.mean, "std": emb_s.std},
         num_parameters=sum(p.numel() for p in ema.parameters()),
-        released=provenance(**origin, sha256=sha256_file(path), ema_weights=EMA_KEY,
-                            raw_weights=RAW_KEY if raw_state is not None else
-                            f"{EMA_KEY} (the file has no '{RAW_KEY}')"))
+        released=provenance(**origin, revision=revision, sha256=sha256_file(path),
+                            step=weights.step, epoch=weights.epoch, entries=weights.keys,
+                            ema_weights=weights.ema_from, raw_weights=weights.raw_from,
+                            training_config=training_config))
     save_final(Path(args.out), raw.state_dict(), ema.state_dict(), meta)

@@ -34,9 +34,10 @@ from elf.config import ConfigError, Experiment, parse_experiment
 from elf.io import read_json, sha256_file, write_json
 from elf.report import figures as figures_mod
 from elf.report import manifest, review, tables
-from elf.report.loading import (RUN_METADATA_IDS, MissingInputError, all_pairs, figure_frame,
-                                figure_pairs, ids_of_pair, load_dataset_scores, load_paper_values,
-                                load_rows, load_runs_meta, metadata_entries, paper_points)
+from elf.report.loading import (RUN_METADATA_IDS, MissingInputError, all_pairs, dataset_layout,
+                                figure_frame, figure_pairs, ids_of_pair, load_dataset_scores,
+                                load_paper_values, load_rows, load_runs_meta, metadata_entries,
+                                paper_points)
 from elf.report.qualitative import QUALITATIVE_FIGURES, QUALITATIVE_IDS, load_qualitative
 
 
@@ -171,7 +172,8 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
                               review.qualitative_trends(frame), exp.scale,
                               list(exp.unstated) + load_unstated(args.unstated_settings),
                               baseline_count=int(points["paper_run"].isna().sum()),
-                              config_checks=checks)
+                              config_checks=checks,
+                              data=[dataset_layout(exp, name) for name in exp.datasets])
     return review.write_review(doc, out)
 
 

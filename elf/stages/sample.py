@@ -270,9 +270,12 @@ def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, so
     if source_rows is None:
         tokens = postprocess(ids, eos, pad)
     else:
-        ds = meta["dataset"]
+        from elf.config import DatasetSettings, from_dict
+
+        # the target positions the layout leaves (config-checked against `target_length`)
+        target = from_dict(DatasetSettings, meta["dataset"], "checkpoint dataset").target_tokens
         tokens = postprocess(ids, eos, pad, source_length=source_rows["source_length"][lo:hi],
-                             target_length=ds["max_length"] - ds["max_input_length"])
+                             target_length=target)
     rows = []
     for i, seq in enumerate(tokens.tolist()):
         kept = seq[:seq.index(eos)] if eos in seq else seq

@@ -45,9 +45,13 @@ def run(args) -> None:
 
     settings = parse_settings(args.settings)
     if settings.source == "pretrained":
-        model, tokenizer = load_scorer(settings.name_or_path)
-        save_scorer(model, tokenizer, args.out,
-                    provenance(settings=to_dict(settings), source=settings.name_or_path))
+        from elf.hub import hub_ref
+
+        ref = hub_ref(settings.name_or_path, settings.revision)
+        model, tokenizer = load_scorer(ref)
+        save_scorer(model, tokenizer, args.out, provenance(
+            settings=to_dict(settings), source=ref, revision=settings.revision,
+            commit=getattr(model.config, "_commit_hash", None)))
         return
     if not args.corpus:
         raise ElfError("--corpus is required when the scorer is built (source: build)")

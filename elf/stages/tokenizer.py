@@ -55,11 +55,14 @@ def run(args) -> None:
             raise ElfError(f"--corpora {args.corpora!r}: {err}") from err
         record["corpora"] = {"path": args.corpora, "sha256": folder_sha256(args.corpora)}
     else:
+        from elf.hub import hub_ref
+
+        ref = hub_ref(settings.name_or_path, settings.revision)
         try:
-            tokenizer = load_tokenizer(settings.name_or_path)
+            tokenizer = load_tokenizer(ref)
         except (OSError, ValueError) as err:
-            raise ElfError(f"tokenizer '{settings.name_or_path}' could not be loaded: {err}") from err
-        record["pretrained"] = settings.name_or_path
+            raise ElfError(f"tokenizer '{ref}' could not be loaded: {err}") from err
+        record["pretrained"] = ref
     record["vocab_size"] = len(tokenizer)
     with atomic_dir(args.out) as tmp:
         tokenizer.save_pretrained(str(tmp))

@@ -140,4 +140,7 @@ def _table_width(encoder: str | None) -> int:
 
     if encoder is None:
         raise ElfError("embedding kind 'learned' takes its width from the encoder: pass --encoder")
-    return T5Config.from_pretrained(encoder).d_model
+    from elf.hub import pretrained_kwargs
+
+    name, kwargs = pretrained_kwargs(encoder)
+    return T5Config.from_pretrained(name, **kwargs).d_model

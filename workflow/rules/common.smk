@@ -1,10 +1,12 @@
 # Config validation and the helpers that turn the experiment into paths, settings and targets.
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
 from elf.config import ConfigError, parse_experiment, to_dict
+from elf.hub import hub_ref
 
 try:
     EXP = parse_experiment(config)
@@ -34,8 +36,8 @@ def as_json(obj):
 
 
 def built_or_name(settings, path):
-    """A model built by the DAG (its folder) or loaded by hub name."""
-    return path if settings.source == "build" else settings.name_or_path
+    """A model built by the DAG (its folder) or loaded by hub name (``name@revision`` when pinned)."""
+    return path if settings.source == "build" else hub_ref(settings.name_or_path, settings.revision)
 
 
 TOKENIZER = built_or_name(EXP.tokenizer, f"{R}/models/tokenizer")
@@ -132,11 +134,16 @@ def corpora_input(dataset):
     return [f"{R}/data/corpora"] if EXP.datasets[dataset].source == "embedded" else []
 
 
+def eval_split(sampler):
+    """The split a conditional sampler setting is scored on: its own, else evaluation.split."""
+    return EXP.samplers[sampler].split or EXP.evaluation.split
+
+
 def conditional_inputs(w):
     run = run_settings(w.run)
     if EXP.datasets[run.dataset].task == "unconditional":
         return {}
-    split = EXP.evaluation.split
+    split = eval_split(w.sampler)
     return dict(store=f"{R}/embeddings/{run.dataset}/{run.embedding}/{split}.zarr",
                 tokens=f"{R}/data/{run.dataset}/tokens")
 
@@ -232,8 +239,12 @@ def train_data_args(w, input):
 
 def embedding_encoder(embedding):
     settings = EXP.embeddings[embedding]
-    return encoder_path(settings.encoder) if EXP.encoders[settings.encoder].source == "build" \
-        else EXP.encoders[settings.encoder].name_or_path
+    return built_or_name(EXP.encoders[settings.encoder], encoder_path(settings.encoder))
+
+
+def released_revision_arg(run):
+    revision = run_settings(run).released_revision
+    return f"--revision {shlex.quote(revision)}" if revision else ""
 
 
 def launcher(resources):

@@ -1,7 +1,8 @@
 # Released checkpoints as runs: the authors' weights instead of a training rule (runs of kind
-# `released`, e.g. `R01_released: {kind: released, released: embedded-language-flows/ELF-B-owt-torch}`).
-# A Hugging Face id is downloaded here, on the machine that runs Snakemake (localrule: cluster compute
-# nodes are often offline); a local file is an input, so replacing it reruns the conversion.
+# `released`, e.g. `R01_released: {kind: released, released: embedded-language-flows/ELF-B-owt-torch}`:
+# its highest checkpoint_<step> and config.yml, at `released_revision`). A Hugging Face id is
+# downloaded here, on the machine that runs Snakemake (localrule: cluster compute nodes are often
+# offline); a local file or folder is an input, so replacing it reruns the conversion.
 
 
 localrules:
@@ -13,9 +14,9 @@ rule released:
     conda:
         ENV
     input:
-        code("model.py", "train/checkpoint.py", "stages/release.py"),
+        code("model.py", "hub.py", "train/checkpoint.py", "train/released.py", "stages/release.py"),
         tok=tokenizer_input,
-        source=lambda w: [f for f in [run_settings(w.run).released] if Path(f).is_file()],
+        source=lambda w: [f for f in [run_settings(w.run).released] if Path(f).exists()],
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
     wildcard_constraints:
@@ -23,10 +24,11 @@ rule released:
     params:
         settings=lambda w: train_settings_json(w.run),
         source=lambda w: run_settings(w.run).released,
+        revision=lambda w: released_revision_arg(w.run),
         tokenizer=TOKENIZER,
         out=lambda w: f"{R}/runs/{w.run}",
     log:
         f"{R}/logs/released/{{run}}.log",
     shell:
-        "elf release --source {params.source:q} --settings {params.settings:q} "
+        "elf release --source {params.source:q} {params.revision} --settings {params.settings:q} "
         "--tokenizer {params.tokenizer} --out {params.out} 2> {log}"

@@ -21,7 +21,7 @@ rule sample:
         sampler=lambda w: as_json(EXP.samplers[w.sampler]),
         seeds=lambda w: " ".join(str(s) for s in seeds_of(w.run, w.sampler)),
         n=lambda w: EXP.evaluation.n_samples if task_of(w.run) == "unconditional" else EXP.evaluation.n_examples,
-        cond=lambda w, input: f"--store {input.store} --tokens {input.tokens} --split {EXP.evaluation.split}"
+        cond=lambda w, input: f"--store {input.store} --tokens {input.tokens} --split {eval_split(w.sampler)}"
         if "store" in input.keys() else "",
         tokenizer=TOKENIZER,
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
