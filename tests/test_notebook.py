@@ -31,7 +31,7 @@ def write_results(root: Path) -> Path:
     for (run, sampler), by_seed in SCORES.items():
         record = {"provenance": {"command": "test"}, "run": run, "sampler": sampler,
                   "metrics": aggregate_metrics(by_seed)}
-        path = root / "aggregates" / run / f"{sampler}.json"
+        path = root / "evals" / run / "all" / "aggregates" / f"{sampler}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record))
     experiment = {"samplers": {"ode": {"method": "ode", "steps": 4, "sc_cfg": 2.0},
@@ -51,7 +51,7 @@ def test_rows_carry_mean_se_n_and_seeds(results):
     row = select(frame, run="base", sampler="ode", metric="gen_ppl").iloc[0]
     assert row["mean"] == pytest.approx(123.25) and row["se"] == pytest.approx(2.75)
     assert row["n"] == 2 and row["per_seed"] == {"0": 120.5, "1": 126.0}
-    assert row["path"].endswith("aggregates/base/ode.json")
+    assert row["path"].endswith("evals/base/all/aggregates/ode.json")
     one_seed = select(frame, run="wmt", metric="bleu").iloc[0]
     assert (one_seed["mean"], one_seed["se"], one_seed["n"]) == (21.5, 0.0, 1)
 
@@ -82,7 +82,7 @@ def test_frontier_and_plot(results):
 
 
 def test_missing_folder_names_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no aggregates folder .*aggregates"):
+    with pytest.raises(FileNotFoundError, match="no evaluations folder .*evals"):
         load_aggregates(tmp_path)
 
 

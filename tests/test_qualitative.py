@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from elf import plan
 from elf.config import parse_experiment
 from elf.evaluate.samples import write_samples
 from elf.io import read_json, write_json
@@ -41,8 +42,9 @@ def write_pair(root, run, task, texts, per_sample, seed=3):
     if task != "unconditional":
         for row in rows:
             row.update(source=f"quelle {row['i']}", reference=f"reference {row['i']}")
-    write_samples(root / "samples" / run / "ode" / f"seed{seed}.jsonl", {"task": task, "seed": seed}, rows)
-    write_json(root / "scores" / run / "ode" / f"seed{seed}.json",
+    exp = experiment()
+    write_samples(plan.samples_file(root, exp, run, "ode", seed), {"task": task, "seed": seed}, rows)
+    write_json(plan.scores_file(root, exp, run, "ode", seed),
                {"metrics": {}, "per_sample": [{"i": i, **v} for i, v in enumerate(per_sample)]})
 
 
@@ -60,7 +62,7 @@ def test_f8_shows_the_median_example_of_each_run_with_its_metrics(tmp_path):
                [{"gen_ppl": 30.0, "entropy": 1.0}, {"gen_ppl": 10.0, "entropy": 2.0},
                 {"gen_ppl": 20.0, "entropy": 3.0}])
     write_pair(tmp_path, "wmt", "translation", ["x", "y"], [{"bleu": 50.0}, {"bleu": 40.0}])
-    inputs = load_qualitative(experiment(), "F8", tmp_path / "samples", tmp_path / "scores", None)
+    inputs = load_qualitative(experiment(), "F8", tmp_path, None)
     base, wmt = inputs["examples"]
     assert (base["i"], base["text"], base["metrics"]) == (2, "e f", {"gen_ppl": 20.0, "entropy": 3.0})
     assert (wmt["i"], wmt["source"], wmt["reference"]) == (1, "quelle 1", "reference 1")
@@ -75,26 +77,26 @@ def test_f8_shows_the_median_example_of_each_run_with_its_metrics(tmp_path):
 def test_f8_refuses_missing_or_old_score_files(tmp_path):
     exp = experiment()
     with pytest.raises(MissingInputError, match="sample"):
-        load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
+        load_qualitative(exp, "F8", tmp_path, None)
     write_pair(tmp_path, "base", "unconditional", ["a"], [{"gen_ppl": 3.0, "entropy": 0.0}])
     write_pair(tmp_path, "wmt", "translation", ["x"], [{"bleu": 1.0}])
-    path = tmp_path / "scores" / "wmt" / "ode" / "seed3.json"
+    path = plan.scores_file(tmp_path, experiment(), "wmt", "ode", 3)
     write_json(path, {"metrics": {}})  # written before scores carried per-sample values
     with pytest.raises(MissingInputError, match="per-sample"):
-        load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
+        load_qualitative(exp, "F8", tmp_path, None)
     write_pair(tmp_path, "wmt", "translation", ["x"], [{"bleu": None}])  # nothing scored
     with pytest.raises(MissingInputError, match="seed3.json: no example has a finite bleu"):
-        load_qualitative(exp, "F8", tmp_path / "samples", tmp_path / "scores", None)
+        load_qualitative(exp, "F8", tmp_path, None)
 
 
 def test_f18_lists_every_recorded_step_of_sequence_0(tmp_path):
     steps = [{"t": t, "step": k, "state": "x_hat" if t < 1 else "final", "texts": [f"text {k}", "other"],
               "token_ids": [[1], [2]]} for k, t in enumerate((0.0, 0.5, 1.0))]
     write_json(tmp_path / "trajectories" / "base" / "ode.json", {"provenance": {"seed": 3}, "steps": steps})
-    inputs = load_qualitative(experiment(), "F18", None, None, tmp_path / "trajectories")
+    inputs = load_qualitative(experiment(), "F18", None, tmp_path / "trajectories")
     fig, shown = figure_F18(inputs, {})
     assert shown["text"].tolist() == ["text 0", "text 1", "text 2"]
     assert shown["t"].tolist() == [0.0, 0.5, 1.0] and shown["state"].iloc[-1] == "final"
     assert read_json(inputs["files"][0]["path"])["steps"] == steps
     with pytest.raises(MissingInputError, match="trajectory"):
-        load_qualitative(experiment(), "F18", None, None, tmp_path / "elsewhere")
+        load_qualitative(experiment(), "F18", None, tmp_path / "elsewhere")

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from elf import plan
 from elf.cli import main as elf_main
 from elf.config import parse_experiment
 from elf.report import figures, review, tables
@@ -127,7 +128,7 @@ def synthetic_metrics(run: str, name: str) -> dict:
 def write_aggregates(root: Path, config: dict) -> None:
     exp = parse_experiment(config)
     for run, name in all_pairs(exp):
-        path = root / run / f"{name}.json"
+        path = plan.aggregate_path(root, exp, run, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({
             "provenance": {"scores": [{"path": f"scores/{run}/{name}/seed0.json", "sha256": "ab"}]},
@@ -138,7 +139,7 @@ def write_aggregates(root: Path, config: dict) -> None:
 def setup(tmp_path):
     config = make_config()
     exp = parse_experiment(config)
-    aggregates = tmp_path / "aggregates"
+    aggregates = tmp_path / "evals"
     write_aggregates(aggregates, config)
     datasets = tmp_path / "dataset_scores"
     datasets.mkdir()
@@ -168,7 +169,7 @@ def test_frame_has_settings_metrics_and_paths(setup):
         ("R02", "sde", 64, 1.0, 3.0)
     assert row["gen_ppl"] == pytest.approx(40 / 3 + 5 + 7 - 10 + 5)
     assert row["gen_ppl_se"] == 0.8 and row["entropy_se"] == 0.01
-    assert row["aggregate_path"].endswith("R02/sde64_w3.json")
+    assert row["aggregate_path"].endswith("R02/sde64_w3/aggregates/sde64_w3.json")
     summ = figure_frame(setup["exp"], "T1", setup["aggregates"])
     xsum = summ[summ["run"] == "R05"].iloc[0]
     assert xsum["rougeL_example_se"] == 0.12 and xsum["rougeL_se"] == 0.0
@@ -176,10 +177,10 @@ def test_frame_has_settings_metrics_and_paths(setup):
 
 
 def test_missing_aggregate_names_file_and_rule(setup):
-    (setup["aggregates"] / "R02" / "sde64_w3.json").unlink()
+    plan.aggregate_path(setup["aggregates"], setup["exp"], "R02", "sde64_w3").unlink()
     with pytest.raises(MissingInputError) as err:
         figure_frame(setup["exp"], "F6", setup["aggregates"])
-    assert "R02/sde64_w3.json" in str(err.value) and "aggregate" in str(err.value)
+    assert "R02/sde64_w3/aggregates/sde64_w3.json" in str(err.value) and "aggregate" in str(err.value)
 
 
 def test_paper_matching_rule(setup):
@@ -366,7 +367,7 @@ def test_trends_report_what_is_not_observed():
 def stage_args(setup, *extra):
     config_path = setup["tmp"] / "config.yaml"
     config_path.write_text(yaml.safe_dump(setup["config"]))
-    return ["report", "--config", str(config_path), "--aggregates-root", str(setup["aggregates"]),
+    return ["report", "--config", str(config_path), "--evals-root", str(setup["aggregates"]),
             "--dataset-scores-root", str(setup["datasets"]), "--paper-values", str(PAPER_VALUES),
             "--out", str(setup["tmp"] / "reports"), *extra]
 
@@ -388,7 +389,7 @@ def test_stage_writes_everything_and_manifest_lists_it(setup):
     assert len(produced) == 2 * 3 + 3 * 4 + 2
     for path in produced:
         assert f"`{path.as_posix()}`" in manifest_text, path
-    assert str(setup["aggregates"] / "R01" / "ode64_w1.json") in manifest_text
+    assert str(plan.aggregate_path(setup["aggregates"], setup["exp"], "R01", "ode64_w1")) in manifest_text
     assert "scores/R01/ode64_w1/seed0.json" in manifest_text
     assert "training seeds: 42" in (out / "replication.md").read_text()
 
@@ -402,9 +403,9 @@ def test_stage_modes_and_errors(setup, capsys):
     assert elf_main(stage_args(setup, "--review", "--only", "F4")) == 0
     assert elf_main(stage_args(setup, "--manifest", "--only", "F4")) == 0
     assert "F4.png" in (out / "all").read_text()
-    (setup["aggregates"] / "R01" / "ode64_w3.json").unlink()
+    plan.aggregate_path(setup["aggregates"], setup["exp"], "R01", "ode64_w3").unlink()
     assert elf_main(stage_args(setup, "--figure", "F4")) == 2
     err = capsys.readouterr().err
-    assert "R01/ode64_w3.json" in err and "aggregate" in err
+    assert "R01/ode64_w3/aggregates/ode64_w3.json" in err and "aggregate" in err
     assert elf_main(stage_args(setup, "--figure", "F404")) == 2
     assert "F404" in capsys.readouterr().err

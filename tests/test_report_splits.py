@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from elf import plan
 from elf.config import parse_experiment
 from elf.report import review, tables
 from elf.report.loading import (all_pairs, dataset_layout, figure_frame, load_paper_values,
@@ -57,7 +58,7 @@ def setup(tmp_path):
     config = make_config()
     exp = parse_experiment(config)
     for run, sampler in all_pairs(exp):
-        path = tmp_path / run / f"{sampler}.json"
+        path = plan.aggregate_path(tmp_path, exp, run, sampler)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"provenance": {"scores": []}, "run": run, "sampler": sampler,
                                     "metrics": metrics(run, sampler)}))

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from elf.cli import main as elf_main
+from elf import plan
 from elf.config import parse_experiment
 from elf.model import ELF, ModelConfig
 from elf.report import figures, review, tables
@@ -98,14 +99,14 @@ def setup(tmp_path):
     write_config(runs, "base", run_settings())
     write_round(runs, "pd_a", ["pd_a"])
     write_round(runs, "pd_b", ["pd_a", "pd_b"])
-    aggregate = tmp_path / "aggregates" / "base" / "sde32.json"
+    aggregate = plan.aggregate_path(tmp_path / "evals", parse_experiment(config), "base", "sde32")
     aggregate.parent.mkdir(parents=True)
     aggregate.write_text(json.dumps({"provenance": {}, "run": "base", "sampler": "sde32",
                                      "metrics": {"gen_ppl": {"mean": 30.0, "se": 0.5, "n": 6},
                                                  "entropy": {"mean": 5.2, "se": 0.01, "n": 6}}}))
     paper_values = load_paper_values(PAPER_VALUES)
     return {"tmp": tmp_path, "config": config, "exp": parse_experiment(config), "runs": runs,
-            "aggregates": tmp_path / "aggregates", "paper_values": paper_values,
+            "aggregates": tmp_path / "evals", "paper_values": paper_values,
             "points": paper_points(paper_values)}
 
 
@@ -275,7 +276,7 @@ def test_f1_draws_our_bar_beside_the_papers(setup):
 def stage_args(setup, *extra, runs_root=True):
     config_path = setup["tmp"] / "config.yaml"
     config_path.write_text(yaml.safe_dump(setup["config"]))
-    args = ["report", "--config", str(config_path), "--aggregates-root", str(setup["aggregates"]),
+    args = ["report", "--config", str(config_path), "--evals-root", str(setup["aggregates"]),
             "--paper-values", str(PAPER_VALUES), "--out", str(setup["tmp"] / "reports")]
     return args + (["--runs-root", str(setup["runs"])] if runs_root else []) + list(extra)
 

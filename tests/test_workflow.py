@@ -63,21 +63,21 @@ def test_reports_all_lists_every_figure_and_table(ci_run):
 def test_deleting_an_intermediate_rebuilds_only_it_and_dependents(ci_run):
     """Snakemake 9 does not regenerate a missing intermediate while the results that need it are up to
     date; asked for, it rebuilds only that folder (the same bytes: sampling is seeded). A rebuilt folder
-    is newer than what reads it, so the next run redoes its scores and aggregate, the figures and
-    tables that use them, the review and the manifest, and nothing upstream (no training, distillation
-    or embedding)."""
+    is newer than what reads it, so the next run redoes the figures and tables that use it, the review
+    and the manifest, and nothing upstream (no training, distillation or embedding)."""
     tmp, configfile = ci_run
-    samples = tmp / "results" / "samples" / "base" / "sde8"
-    before = (samples / "seed1.jsonl").read_bytes()
-    shutil.rmtree(samples)
+    evals = tmp / "results" / "evals" / "base" / "all"
+    samples = evals / "samples" / "sde8" / "seed1.jsonl"
+    before = samples.read_bytes()
+    shutil.rmtree(evals)
     assert planned_rules(configfile) == set()
-    assert planned_rules(configfile, str(samples)) == {"sample"}
-    proc = snakemake(str(samples), "--configfile", str(configfile))
+    assert planned_rules(configfile, str(evals)) == {"evaluate"}
+    proc = snakemake(str(evals), "--configfile", str(configfile))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (samples / "seed1.jsonl").read_bytes() == before
+    assert samples.read_bytes() == before
     planned = planned_rules(configfile)
-    assert {"score", "manifest"} <= planned
-    assert planned <= {"score", "figure", "table", "review", "manifest", "all"}
+    assert {"figure", "manifest"} <= planned
+    assert planned <= {"figure", "table", "review", "manifest", "all"}
     proc = snakemake("--configfile", str(configfile))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert planned_rules(configfile) == set()
@@ -85,7 +85,7 @@ def test_deleting_an_intermediate_rebuilds_only_it_and_dependents(ci_run):
 
 @pytest.mark.parametrize("module, expected", [
     ("elf/report/figures.py", {"figure", "table", "review", "manifest", "all"}),
-    ("elf/flow/samplers.py", {"sample", "score", "figure", "table", "review", "manifest", "all"}),
+    ("elf/flow/samplers.py", {"evaluate", "figure", "table", "review", "manifest", "all"}),
 ])
 def test_editing_code_reruns_only_the_rules_that_run_it(ci_run, module, expected):
     _, configfile = ci_run

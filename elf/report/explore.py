@@ -1,6 +1,7 @@
 """Aggregated results as one tidy pandas table, for interactive exploration (``reports/explore.ipynb``).
 
-Reads (never writes) every ``<results>/aggregates/<run>/<sampler>.json`` written by ``elf aggregate``
+Reads (never writes) every ``<results>/evals/<run>/<group>/aggregates/<sampler>.json`` written by
+``elf evaluate``
 (``{"provenance", "run", "sampler", "metrics": {name: {"mean", "se", "n", "per_seed": {seed: value}}}}``)
 and, when present, ``<results>/experiment.json`` (the configuration the DAG ran with) for the sampler
 settings. One row per (run, sampler, metric):
@@ -48,13 +49,13 @@ def aggregate_rows(path: str | Path) -> list[dict]:
 
 
 def load_aggregates(results_root: str | Path) -> pd.DataFrame:
-    """Every aggregate under ``<results_root>/aggregates`` as rows (columns ``COLUMNS``), sorted by
-    run, sampler and metric. A missing aggregates folder is an error naming it."""
-    folder = Path(results_root) / "aggregates"
+    """Every aggregate under ``<results_root>/evals`` as rows (columns ``COLUMNS``), sorted by run,
+    sampler and metric. A missing evaluations folder is an error naming it."""
+    folder = Path(results_root) / "evals"
     if not folder.is_dir():
-        raise FileNotFoundError(f"no aggregates folder {folder}: run the DAG (snakemake) first, or "
+        raise FileNotFoundError(f"no evaluations folder {folder}: run the DAG (snakemake) first, or "
                                 "point `results` at the results root of a finished run")
-    rows = [row for path in sorted(folder.glob("*/*.json")) for row in aggregate_rows(path)]
+    rows = [row for path in sorted(folder.glob("*/*/aggregates/*.json")) for row in aggregate_rows(path)]
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     return frame.sort_values(["run", "sampler", "metric"], ignore_index=True)
 

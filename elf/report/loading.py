@@ -2,7 +2,8 @@
 paper's own numbers, as pandas DataFrames.
 
 Reads (never writes):
-- ``<aggregates_root>/<run>/<sampler>.json`` (made by the ``score`` rule, ``elf aggregate``):
+- the aggregate of each (run, sampler) in its evaluation folder under ``<evals_root>`` (made by the
+  ``evaluate`` rule, ``elf evaluate``; ``elf.plan.aggregate_path`` gives the path):
   ``{"provenance", "run", "sampler", "metrics": {name: {"mean", "se", "n", "per_seed"}}}``;
 - ``<dataset_scores_root>/<dataset>.json``: Gen. PPL / entropy of held-out real text ("Dataset" line);
 - ``config/paper_values.yaml``: the paper's values (flattened by ``paper_points``);
@@ -11,7 +12,7 @@ Reads (never writes):
   ``our_token_bars`` / ``paper_token_bar`` turn them and the paper's Table 8 into training-token
   bars (base training + distillation rounds).
 
-``figure_frame(exp, id, aggregates_root)`` gives one row per (run, sampler) of a figure or table:
+``figure_frame(exp, id, evals_root)`` gives one row per (run, sampler) of a figure or table:
 run and sampler settings, metric means (``gen_ppl``), seed SEs (``gen_ppl_se``), seed counts
 (``gen_ppl_n``), per-example SEs where the aggregate carries them (metric ``rouge1_se`` →
 column ``rouge1_example_se``), ``aggregate_path`` and ``aggregate_sha256``.
@@ -38,11 +39,12 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
+from elf import plan
 from elf.config import Experiment, SamplerSettings
 from elf.io import read_json, sha256_file
 from elf.stages.distill import TOKENS_FILE, run_tokens
 
-AGGREGATE_RULE = "the `score` rule (`elf score`, then `elf aggregate`)"
+AGGREGATE_RULE = "the `evaluate` rule (`elf evaluate`: sample, score, aggregate)"
 DATASET_SCORE_RULE = "the dataset-score rule (`elf score` on held-out real text)"
 
 SAMPLER_COLUMNS = ("method", "steps", "gamma", "grid", "sc_cfg", "input_cfg")
@@ -60,11 +62,6 @@ class MissingInputError(FileNotFoundError):
 # --------------------------------------------------------------------------------------------------
 # Our results
 # --------------------------------------------------------------------------------------------------
-
-def aggregate_path(aggregates_root: str | Path, run: str, sampler: str) -> Path:
-    """Where the aggregate of (run, sampler) lives."""
-    return Path(aggregates_root) / run / f"{sampler}.json"
-
 
 def load_aggregate(path: str | Path, what: str = "") -> dict:
     """Read one aggregate JSON; a missing file raises ``MissingInputError`` naming it and its rule."""
@@ -155,8 +152,7 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     if figure_id not in exp.figures:
         raise KeyError(f"figure/table '{figure_id}' is not defined under `figures` "
                        f"(defined: {', '.join(exp.figures)})")
-    fig = exp.figures[figure_id]
-    return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
+    return plan.figure_pairs(exp, figure_id)
 
 
 def scored_split(exp: Experiment, run: str, sampler: str) -> str | None:
@@ -184,12 +180,12 @@ def dataset_layout(exp: Experiment, name: str) -> str:
     return f"{name} ({ds.task}): {layout}; {where}"
 
 
-def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], aggregates_root: str | Path,
+def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], evals_root: str | Path,
               what: str = "") -> pd.DataFrame:
     """One row per (run, sampler) pair: settings, metrics and the aggregate's path and hash."""
     rows = []
     for run, sampler in pairs:
-        path = aggregate_path(aggregates_root, run, sampler)
+        path = plan.aggregate_path(evals_root, exp, run, sampler)
         aggregate = load_aggregate(path, f"{what + ': ' if what else ''}run {run}, sampler {sampler}")
         rows.append({**run_columns(exp, run), **sampler_columns(exp, sampler),
                      "split": scored_split(exp, run, sampler),
@@ -202,9 +198,9 @@ def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], aggregates_root
     return frame
 
 
-def figure_frame(exp: Experiment, figure_id: str, aggregates_root: str | Path) -> pd.DataFrame:
+def figure_frame(exp: Experiment, figure_id: str, evals_root: str | Path) -> pd.DataFrame:
     """The rows of one figure or table (see module docstring for the columns)."""
-    return load_rows(exp, figure_pairs(exp, figure_id), aggregates_root, f"figure {figure_id}")
+    return load_rows(exp, figure_pairs(exp, figure_id), evals_root, f"figure {figure_id}")
 
 
 def all_pairs(exp: Experiment) -> list[tuple[str, str]]:

@@ -2,16 +2,16 @@
 denoising trajectory), drawn as text panels, each with a CSV of exactly what is shown.
 
 Reads (never writes):
-- F8: for each (run, sampler) of the figure, the first evaluation seed's samples file
-  ``<samples_root>/<run>/<sampler>/seed<k>.jsonl`` (``elf sample``) and its score file
-  ``<scores_root>/<run>/<sampler>/seed<k>.json`` (``elf score``: ``per_sample`` holds each sample's
+- F8: for each (run, sampler) of the figure, the first evaluation seed's samples file and its score
+  file in the pair's evaluation folder under ``<evals_root>`` (``elf evaluate``; paths from
+  ``elf.plan``; the score's ``per_sample`` holds each sample's
   Gen. PPL and entropy, sentence BLEU, or ROUGE). The example shown is the **median** one by the
   task's metric (Gen. PPL, BLEU, ROUGE-L): representative rather than the best, a choice of ours —
   the paper does not say how it picked its examples (its F8 numbers are shown beside ours);
 - F18: ``<trajectories_root>/<run>/<sampler>.json`` (``elf trajectory``): sequence 0's decoded x̂ at
   each recorded time.
 
-    inputs = load_qualitative(exp, "F8", samples_root, scores_root, trajectories_root)
+    inputs = load_qualitative(exp, "F8", evals_root, trajectories_root)
     fig, shown = QUALITATIVE_FIGURES["F8"](inputs, paper_values)
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from elf import plan
 from elf.config import Experiment
 from elf.evaluate.samples import read_samples
 from elf.io import read_json, sha256_file
@@ -59,21 +60,19 @@ def median_example(per_sample: list[dict], metric: str) -> dict:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def load_examples(exp: Experiment, figure_id: str, samples_root: str | Path,
-                  scores_root: str | Path) -> list[dict]:
+def load_examples(exp: Experiment, figure_id: str, evals_root: str | Path) -> list[dict]:
     """F8: the median example of each (run, sampler), with its text, metrics and the files read."""
     seed = exp.evaluation.seeds[0]
     examples = []
     for run, sampler in figure_pairs(exp, figure_id):
-        samples_path = _need(Path(samples_root) / run / sampler / f"seed{seed}.jsonl",
-                             f"the `sample` rule (run {run}, sampler {sampler})")
-        scores_path = _need(Path(scores_root) / run / sampler / f"seed{seed}.json",
-                            f"the `score` rule (run {run}, sampler {sampler})")
+        made_by = f"the `evaluate` rule (run {run}, sampler {sampler})"
+        samples_path = _need(plan.samples_file(evals_root, exp, run, sampler, seed), made_by)
+        scores_path = _need(plan.scores_file(evals_root, exp, run, sampler, seed), made_by)
         header, rows = read_samples(samples_path)
         score = read_json(scores_path)
         task = header.get("task", "unconditional")
         if "per_sample" not in score:
-            raise MissingInputError(f"{scores_path} has no per-sample values: rerun the `score` rule")
+            raise MissingInputError(f"{scores_path} has no per-sample values: rerun the `evaluate` rule")
         try:
             chosen = median_example(score["per_sample"], MAIN_METRIC[task])
         except ValueError as err:  # e.g. every sample empty: nothing to show
@@ -98,13 +97,12 @@ def load_trajectory(exp: Experiment, figure_id: str, trajectories_root: str | Pa
                 files=[{"path": str(path), "sha256": sha256_file(path)}])
 
 
-def load_qualitative(exp: Experiment, figure_id: str, samples_root, scores_root,
-                     trajectories_root) -> dict:
+def load_qualitative(exp: Experiment, figure_id: str, evals_root, trajectories_root) -> dict:
     """What F8 or F18 reads: ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
     if figure_id == "F8":
-        if not (samples_root and scores_root):
-            raise MissingInputError("F8 reads samples and scores: pass --samples-root and --scores-root")
-        examples = load_examples(exp, figure_id, samples_root, scores_root)
+        if not evals_root:
+            raise MissingInputError("F8 reads samples and scores: pass --evals-root")
+        examples = load_examples(exp, figure_id, evals_root)
         return {"examples": examples, "files": [f for e in examples for f in e["files"]]}
     if not trajectories_root:
         raise MissingInputError("F18 reads a trajectory: pass --trajectories-root")

@@ -1,11 +1,12 @@
 """``elf report``: render the paper's figures and tables from aggregated scores, the replication
 review and the manifest ``<out>/all``.
 
-Reads ``<aggregates-root>/<run>/<sampler>.json`` (``elf aggregate``), ``<dataset-scores-root>/
+Reads the evaluation folders under ``<evals-root>`` (``elf evaluate``: each (run, sampler)'s
+aggregate and, for F8, the first seed's samples and per-sample scores; ``elf.plan`` gives the paths),
+``<dataset-scores-root>/
 <dataset>.json`` (real-text reference scores, for the "Dataset" lines), ``<runs-root>/<run>/
 config.json`` and ``tokens.json`` (run metadata, for T6/T7/T8/F7c/F9b and the review's configuration
-checks), for the qualitative figures F8/F18 ``<samples-root>``/``<scores-root>`` (the first seed's
-samples and per-sample scores) and ``<trajectories-root>/<run>/<sampler>.json`` (``elf trajectory``),
+checks), for F18 ``<trajectories-root>/<run>/<sampler>.json`` (``elf trajectory``),
 the paper's values (``config/paper_values.yaml``) and the experiment config. Writes,
 atomically, under ``--out`` (default: the config's ``reports``):
   figures/<id>.png, figures/<id>.csv (plotted numbers), figures/<id>.json (provenance)
@@ -13,7 +14,7 @@ atomically, under ``--out`` (default: the config's ``reports``):
   replication.md, replication.html, and last ``all`` (the manifest).
 
 Modes (one Snakemake rule per figure/table, one for the review, one for the manifest):
-  elf report --config C --aggregates-root A --dataset-scores-root D --runs-root RUNS \
+  elf report --config C --evals-root E --dataset-scores-root D --runs-root RUNS \
       --paper-values P --out reports
       everything (``--only ID ...`` limits it to some ids);
   ... --figure F4      only that figure's (or table's) files (provenance sidecar: the aggregates,
@@ -47,12 +48,10 @@ def register(subparsers) -> None:
         description=__doc__.split("\n\n")[0] + " Modes: --figure ID, --review, --manifest; "
         "default renders everything and writes the manifest last.")
     parser.add_argument("--config", required=True, help="experiment YAML (config/config.yaml)")
-    parser.add_argument("--aggregates-root", help="folder of <run>/<sampler>.json aggregates")
+    parser.add_argument("--evals-root", help="folder of the evaluation folders <run>/<group>/ "
+                        "(aggregates; F8's samples and scores)")
     parser.add_argument("--dataset-scores-root", help="folder of <dataset>.json reference scores "
                         "(Dataset lines; omitted: no Dataset line)")
-    parser.add_argument("--samples-root", help="folder of <run>/<sampler>/seed<k>.jsonl samples "
-                        "(F8's examples)")
-    parser.add_argument("--scores-root", help="folder of <run>/<sampler>/seed<k>.json scores (F8)")
     parser.add_argument("--trajectories-root", help="folder of <run>/<sampler>.json trajectories "
                         "(F18)")
     parser.add_argument("--runs-root", help="folder of <run>/config.json (and tokens.json) run "
@@ -106,10 +105,10 @@ def _selected(exp: Experiment, ids: list[str] | None) -> list[str]:
     return list(ids) if ids else list(exp.figures)
 
 
-def _need_aggregates(args) -> Path:
-    if not args.aggregates_root:
-        raise ElfError("--aggregates-root is required to render figures, tables or the review")
-    return Path(args.aggregates_root)
+def _need_evals(args) -> Path:
+    if not args.evals_root:
+        raise ElfError("--evals-root is required to render figures, tables or the review")
+    return Path(args.evals_root)
 
 
 def runs_meta_of(exp: Experiment, figure_id: str, args) -> dict[str, dict]:
@@ -125,15 +124,14 @@ def runs_meta_of(exp: Experiment, figure_id: str, args) -> dict[str, dict]:
 def render_id(exp: Experiment, figure_id: str, args, out: Path) -> list[Path]:
     """Write one figure's or table's files and its provenance sidecar."""
     settings = exp.figures[figure_id]
-    frame = figure_frame(exp, figure_id, _need_aggregates(args))
+    frame = figure_frame(exp, figure_id, _need_evals(args))
     runs_meta = runs_meta_of(exp, figure_id, args)
     paper_values = load_paper_values(args.paper_values)
     points = paper_points(paper_values)
     scores = {}
     qualitative = None
     if figure_id in QUALITATIVE_IDS:
-        qualitative = load_qualitative(exp, figure_id, args.samples_root, args.scores_root,
-                                       args.trajectories_root)
+        qualitative = load_qualitative(exp, figure_id, args.evals_root, args.trajectories_root)
         fig, shown = QUALITATIVE_FIGURES[figure_id](qualitative, paper_values)
         files = figures_mod.write_figure(figure_id, fig, shown, manifest.kind_dir(out, "figure"),
                                          pdf=args.pdf)
@@ -162,7 +160,7 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
     """Compare every matching paper value with ours and write the review."""
     pairs = list(dict.fromkeys(p for i in ids for p in figure_pairs(exp, i))) \
         if ids != list(exp.figures) else all_pairs(exp)
-    frame = load_rows(exp, pairs, _need_aggregates(args), "review")
+    frame = load_rows(exp, pairs, _need_evals(args), "review")
     paper_values = load_paper_values(args.paper_values)
     points = paper_points(paper_values)
     comparisons = review.compare(frame, points, ids_of_pair(exp))

@@ -98,6 +98,9 @@ def run(args) -> None:
     staging.mkdir(parents=True, exist_ok=True)
     for seed in args.seed:
         final, header = staging / f"seed{seed}.jsonl", job.header(seed)
+        done = out_dir / final.name  # a previous complete run's file, e.g. before a seed was added
+        if not _finished(final, header) and _finished(done, header):
+            shutil.copyfile(done, final)
         if not _finished(final, header):
             _sample_seed(job, args, header, final, staging / f"seed{seed}.jsonl.partial")
     for stray in set(staging.iterdir()) - {staging / f"seed{seed}.jsonl" for seed in args.seed}:

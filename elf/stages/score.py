@@ -81,6 +81,9 @@ def scorer_fingerprint(name_or_path: str, model) -> dict:
             "scorer_revision": getattr(model.config, "_commit_hash", None)}
 
 
+_SCORERS: dict[tuple, tuple] = {}  # one load per process: `elf evaluate` scores many samplers
+
+
 def load_unconditional_scorer(args) -> tuple:
     """(model, tokenizer, device) of ``--scorer``, loaded once for every file scored."""
     from elf.evaluate.scorer import load_scorer
@@ -89,11 +92,13 @@ def load_unconditional_scorer(args) -> tuple:
     if not args.scorer:
         raise ElfError("--scorer is required for unconditional scoring")
     device = resolve_device(args.device)
-    try:
-        model, tokenizer = load_scorer(args.scorer, device, scorer_dtype(args.precision))
-    except OSError as err:
-        raise ElfError(f"--scorer {args.scorer}: cannot load ({err})") from err
-    return model, tokenizer, device
+    key = (args.scorer, str(device), args.precision)
+    if key not in _SCORERS:
+        try:
+            _SCORERS[key] = load_scorer(args.scorer, device, scorer_dtype(args.precision))
+        except OSError as err:
+            raise ElfError(f"--scorer {args.scorer}: cannot load ({err})") from err
+    return (*_SCORERS[key], device)
 
 
 def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, dict, list[dict]]:

@@ -5,6 +5,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from elf import plan
 from elf.config import ConfigError, parse_experiment, to_dict
 from elf.hub import hub_ref
 
@@ -74,22 +75,6 @@ def task_of(run):
     return EXP.datasets[EXP.run(run).dataset].task
 
 
-def seeds_for(figure):
-    seeds = EXP.evaluation.seeds
-    return seeds if figure.seeds == "all" else seeds[:1]
-
-
-def seeds_of(run, sampler):
-    """Evaluation seeds needed for (run, sampler): all if any figure asks for all."""
-    wanted = [seeds_for(f) for f in EXP.figures.values() if run in f.runs and sampler in f.samplers]
-    return max(wanted, key=len) if wanted else EXP.evaluation.seeds[:1]
-
-
-def seed_files(folder, w, suffix):
-    """The per-seed files of (run, sampler) in ``folder``: seed<k>.<suffix>, space-separated."""
-    return " ".join(f"{folder}/seed{s}.{suffix}" for s in seeds_of(w.run, w.sampler))
-
-
 def figure_files(fid):
     fig = EXP.figures[fid]
     if fig.kind == "figure":
@@ -97,9 +82,9 @@ def figure_files(fid):
     return [f"{P}/tables/{fid}.md", f"{P}/tables/{fid}.csv", f"{P}/tables/{fid}.tex"]
 
 
-def aggregates_for(fid):
-    fig = EXP.figures[fid]
-    return [f"{R}/aggregates/{run}/{sampler}.json" for run in fig.runs for sampler in fig.samplers]
+def evals_for(fid):
+    """The evaluation folders (`evaluate` outputs) holding a figure's aggregates."""
+    return plan.eval_dirs_of(f"{R}/evals", EXP, plan.figure_pairs(EXP, fid))
 
 
 def dataset_scores_for(fid):
@@ -139,13 +124,37 @@ def eval_split(sampler):
     return EXP.samplers[sampler].split or EXP.evaluation.split
 
 
-def conditional_inputs(w):
+def eval_data_root(run):
+    """The folder of a run's embedding stores (its conditional samplers read <split>.zarr there)."""
+    settings = run_settings(run)
+    return f"{R}/embeddings/{settings.dataset}/{settings.embedding}"
+
+
+def eval_data_inputs(w):
+    """A conditional group's evaluation stores (one per split its samplers use) and token data."""
     run = run_settings(w.run)
     if EXP.datasets[run.dataset].task == "unconditional":
         return {}
-    split = eval_split(w.sampler)
-    return dict(store=f"{R}/embeddings/{run.dataset}/{run.embedding}/{split}.zarr",
+    splits = sorted({eval_split(s) for s in plan.group_samplers(EXP, w.run, w.group)})
+    return dict(stores=[f"{eval_data_root(w.run)}/{split}.zarr" for split in splits],
                 tokens=f"{R}/data/{run.dataset}/tokens")
+
+
+def scorer_input(w):
+    return [SCORER] if task_of(w.run) == "unconditional" else []
+
+
+def eval_plan_json(run, group):
+    """What one `elf evaluate` job does (its --plan): every sampler of the group with its settings,
+    seeds and split (elf/plan.py)."""
+    ev = EXP.evaluation
+    task = task_of(run)
+    samplers = {name: dict(settings=to_dict(EXP.samplers[name]), seeds=list(plan.seeds_of(EXP, run, name)),
+                           split=eval_split(name) if task != "unconditional" else None)
+                for name in plan.group_samplers(EXP, run, group)}
+    return as_json(dict(run=run, task=task, n=ev.n_samples if task == "unconditional" else ev.n_examples,
+                        batch_size=ev.sample_batch_size, score_batch_size=ev.score_batch_size,
+                        precision=EXP.precision, samplers=samplers))
 
 
 def decoder_store(name):
@@ -179,9 +188,9 @@ def distill_init(run):
 
 def report_args():
     """`elf report` arguments of the report rules: every input root (each id reads what it needs)."""
-    return (f"--config {EXPERIMENT_FILE} --aggregates-root {R}/aggregates "
+    return (f"--config {EXPERIMENT_FILE} --evals-root {R}/evals "
             f"--dataset-scores-root {R}/scores/_dataset --runs-root {R}/runs "
-            f"--samples-root {R}/samples --scores-root {R}/scores --trajectories-root {R}/trajectories "
+            f"--trajectories-root {R}/trajectories "
             f"--paper-values config/paper_values.yaml --out {P}")
 
 
@@ -276,10 +285,10 @@ def run_metadata_for(fid):
 
 def qualitative_inputs(fid):
     """What the qualitative figures show: F8 the first seed's samples and scores of its (run,
-    sampler) pairs, F18 a trajectory (the `trajectory` rule)."""
-    pairs = [(run, sampler) for run in EXP.figures[fid].runs for sampler in EXP.figures[fid].samplers]
+    sampler) pairs (their evaluation folders), F18 a trajectory (the `trajectory` rule)."""
+    pairs = plan.figure_pairs(EXP, fid)
     if fid == "F8":
-        return [f"{R}/{kind}/{run}/{sampler}" for run, sampler in pairs for kind in ("samples", "scores")]
+        return plan.eval_dirs_of(f"{R}/evals", EXP, pairs)
     if fid == "F18":
         return [f"{R}/trajectories/{run}/{sampler}.json" for run, sampler in pairs[:1]]
     return []

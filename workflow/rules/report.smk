@@ -21,7 +21,7 @@ rule figure:
         code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
-        aggregates=lambda w: aggregates_for(w.fid),
+        evals=lambda w: evals_for(w.fid),
         # token bars (F7c, F9b) draw no Dataset line
         dataset=lambda w: [] if reads_run_metadata(w.fid) else dataset_scores_for(w.fid),
         runs=lambda w: run_metadata_for(w.fid),
@@ -49,7 +49,7 @@ rule table:
         code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
-        aggregates=lambda w: aggregates_for(w.fid),
+        evals=lambda w: evals_for(w.fid),
         runs=lambda w: run_metadata_for(w.fid),
     output:
         md=in_report(f"{P}/tables/{{fid}}.md", "Markdown"),
@@ -75,7 +75,7 @@ rule review:
         code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
-        [aggregates_for(fid) for fid in EXP.figures],
+        [evals_for(fid) for fid in EXP.figures],
         [run_metadata_for(fid) for fid in EXP.figures],
         [rendered(fid) for fid in EXP.figures],
     output:

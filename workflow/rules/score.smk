@@ -1,33 +1,4 @@
-# Samples → metrics (Gen. PPL + entropy, BLEU, ROUGE) per seed → mean ± SE over evaluation seeds.
-
-
-rule score:
-    """Score every seed's samples of one run and sampler (one scorer load), then their mean ± SE
-    across seeds (`elf aggregate`, seconds): the aggregate is what figures and tables read."""
-    conda:
-        ENV
-    input:
-        code("evaluate", "precision.py", "stages/score.py", "stages/aggregate.py"),
-        samples=f"{R}/samples/{{run}}/{{sampler}}",
-        scorer=SCORER,
-    output:
-        scores=directory(f"{R}/scores/{{run}}/{{sampler}}"),
-        aggregate=f"{R}/aggregates/{{run}}/{{sampler}}.json",
-    wildcard_constraints:
-        run=ANY_RUN,
-    params:
-        task=lambda w: task_of(w.run),
-        batch=EXP.evaluation.score_batch_size,
-        precision=EXP.precision,
-        samples=lambda w, input: seed_files(input.samples, w, "jsonl"),
-        scores=lambda w, output: seed_files(output.scores, w, "json"),
-    log:
-        f"{R}/logs/score/{{run}}/{{sampler}}.log",
-    shell:
-        "(elf score --samples {params.samples} --task {params.task} --scorer {input.scorer} "
-        "--batch-size {params.batch} --precision {params.precision} --out-dir {output.scores} && "
-        "elf aggregate --scores {params.scores} --run {wildcards.run} --sampler {wildcards.sampler} "
-        "--out {output.aggregate}) 2> {log}"
+# Real held-out text → the figures' reference lines (samples are scored by `evaluate`).
 
 
 rule score_dataset:

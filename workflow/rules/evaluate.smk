@@ -1,40 +1,40 @@
-# Checkpoint × named sampler setting → one samples JSONL per evaluation seed, with provenance.
+# Checkpoint × named sampler settings → samples of every evaluation seed, their scores and the mean ± SE
+# over seeds (one `elf evaluate` job per evaluation group); the decoded trajectory of F18.
 
 
-rule sample:
-    """Sample one run with one sampler setting for every evaluation seed it needs (one process: the
-    checkpoint loads once); resumes from <folder>.partial/ after a kill."""
+rule evaluate:
+    """Sample, score and aggregate the samplers of one evaluation group of a run (elf/plan.py): every
+    sampler of the run in one process (evaluation.group_by: run) or one (group_by: sampler); all
+    their seeds. Resumes from <folder>.partial/ after a kill."""
     conda:
         ENV
     input:
-        unpack(conditional_inputs),
-        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "decoder.py",
-             "train/checkpoint.py", "stages/sample.py"),
+        unpack(eval_data_inputs),
+        code("model.py", "precision.py", "plan.py", "flow/__init__.py", "flow/paths.py",
+             "flow/samplers.py", "decoder.py", "train/checkpoint.py", "evaluate", "stages/sample.py",
+             "stages/score.py", "stages/aggregate.py", "stages/evaluate.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
         decoder=decoder_input,
+        scorer=scorer_input,
     output:
-        directory(f"{R}/samples/{{run}}/{{sampler}}"),
+        directory(f"{R}/evals/{{run}}/{{group}}"),
     wildcard_constraints:
         run=ANY_RUN,
+        group=r"[^/]+",
     params:
-        sampler=lambda w: as_json(EXP.samplers[w.sampler]),
-        seeds=lambda w: " ".join(str(s) for s in seeds_of(w.run, w.sampler)),
-        n=lambda w: EXP.evaluation.n_samples if task_of(w.run) == "unconditional" else EXP.evaluation.n_examples,
-        cond=lambda w, input: f"--store {input.store} --tokens {input.tokens} --split {eval_split(w.sampler)}"
-        if "store" in input.keys() else "",
+        plan=lambda w: eval_plan_json(w.run, w.group),
+        cond=lambda w, input: f"--eval-data {eval_data_root(w.run)} --tokens {input.tokens}"
+        if "tokens" in input.keys() else "",
+        scorer=lambda w, input: f"--scorer {input.scorer}" if input.scorer else "",
         tokenizer=TOKENIZER,
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
-        batch=EXP.evaluation.sample_batch_size,
         decoder=decoder_arg,
-        precision=EXP.precision,
     log:
-        f"{R}/logs/sample/{{run}}/{{sampler}}.log",
+        f"{R}/logs/evaluate/{{run}}/{{group}}.log",
     shell:
-        "elf sample --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
-        "--sampler-name {wildcards.sampler} --run-name {wildcards.run} --seed {params.seeds} "
-        "--n {params.n} --batch-size {params.batch} --tokenizer {params.tokenizer} {params.cond} {params.decoder} "
-        "--precision {params.precision} --out-dir {output} --no-progress 2> {log}"
+        "elf evaluate --plan {params.plan:q} --checkpoint {params.ckpt_dir} --tokenizer {params.tokenizer} "
+        "{params.scorer} {params.cond} {params.decoder} --out-dir {output} --no-progress 2> {log}"
 
 
 rule trajectory:
