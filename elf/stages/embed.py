@@ -152,7 +152,7 @@ def encoder_identity(name_or_path: str) -> dict:
     from elf.hub import pretrained_kwargs
 
     identity: dict = {"name_or_path": str(name_or_path)}
-    name, kwargs = pretrained_kwargs(str(name_or_path))
+    name, kwargs = pretrained_kwargs(str(name_or_path), "--encoder")
     identity.update(kwargs)  # the pinned revision, when there is one
     try:
         from transformers import AutoConfig

@@ -142,5 +142,5 @@ def _table_width(encoder: str | None) -> int:
         raise ElfError("embedding kind 'learned' takes its width from the encoder: pass --encoder")
     from elf.hub import pretrained_kwargs
 
-    name, kwargs = pretrained_kwargs(encoder)
+    name, kwargs = pretrained_kwargs(encoder, "--encoder")
     return T5Config.from_pretrained(name, **kwargs).d_model
