@@ -5,11 +5,14 @@ import shlex
 import sys
 from pathlib import Path
 
-from elf.config import ConfigError, parse_experiment, to_dict
+from elf.config import ConfigError, to_dict
 from elf.hub import hub_ref
+from elf.validate import validate_workflow_config
 
+# Before anything is written (experiment.json below is the only parse-time write): the config files
+# read strictly, every key and cross-field rule, the output roots (elf/validate.py).
 try:
-    EXP = parse_experiment(config)
+    EXP = validate_workflow_config(config, workflow.configfiles)
 except ConfigError as err:
     sys.exit(f"Invalid configuration: {err}")
 
