@@ -2,8 +2,9 @@
 
 A pretrained tokenizer, encoder or scorer travels between rules as one string (``--tokenizer``,
 ``--encoder``): ``hub:``, its Hub id, and after an ``@`` the revision the config pins
-(``hub:t5-small@<commit>``). ``hub_ref`` builds it from a config entry whose ``source`` is
-``pretrained``, so a Hub id is only ever used where the config says so; ``pretrained_kwargs``
+(``hub:t5-small@<commit>``). ``pretrained_ref`` builds it from a config entry whose ``source`` is
+``pretrained`` (an existing local folder stays a path), so a Hub id is only ever used where the
+config says so; ``pretrained_kwargs``
 turns a reference into ``from_pretrained`` arguments: a ``hub:`` reference goes
 to the Hub, anything else must be a local file or folder that exists and is never sent there (a typo
 in a path would otherwise become a Hub request). ``split_ref`` only parses a recorded reference.
@@ -23,6 +24,12 @@ SNAPSHOT_COMMIT = re.compile(r"[/\\]snapshots[/\\]([0-9a-f]{40})[/\\]")
 def hub_ref(name: str, revision: str | None) -> str:
     """``hub:name@revision``, or ``hub:name`` when no revision is pinned."""
     return f"{HUB_PREFIX}{name}@{revision}" if revision else f"{HUB_PREFIX}{name}"
+
+
+def pretrained_ref(name_or_path: str, revision: str | None) -> str:
+    """The reference of a ``source: pretrained`` entry: an existing local folder as itself (as
+    ``from_pretrained`` would read it), else the Hub id as ``hub_ref``."""
+    return str(name_or_path) if Path(name_or_path).exists() else hub_ref(name_or_path, revision)
 
 
 def is_hub_ref(ref: str) -> bool:

@@ -8,8 +8,9 @@
   batch splitting, SC-CFG ranges against the runs sampled with them, settings that would have no
   effect (label drop or input CFG without a source, BLEU/ROUGE of an unconditional run), evaluation
   seeds, distillation chains (same dataset and embedding, no cycle);
-- ``check_filesystem(exp)``: the output roots can be created and written, and every local input the
-  config names exists (reads only: nothing is created);
+- ``check_filesystem(exp)``: the output roots can be created and written, every local input the
+  config names exists, and a pretrained model is an existing folder or a Hub id (reads only: nothing
+  is created);
 - ``validate_workflow_config(config, configfiles)``: the entry point ``workflow/rules/common.smk``
   calls: all of the above. ``elf check`` runs the same on a file.
 
@@ -160,11 +161,6 @@ def _check_widths(exp: Experiment) -> None:
         _check_heads("scorer", exp.scorer.width, exp.scorer.heads, rope=False)
     for name, dec in exp.decoders.items():
         _check_heads(f"decoders.{name}", dec.width, dec.heads, rope=True)
-    for section, settings in (("tokenizer", exp.tokenizer), ("scorer", exp.scorer),
-                              *((f"encoders.{n}", e) for n, e in exp.encoders.items())):
-        if settings.source == "pretrained" and not HUB_ID.match(settings.name_or_path):
-            raise ConfigError(f"config key '{section}.name_or_path': got {settings.name_or_path!r}; "
-                              "allowed with source pretrained: a Hugging Face id (name or owner/name)")
 
 
 def _check_run(exp: Experiment, name: str, run: RunSettings) -> None:
@@ -279,10 +275,21 @@ def check_filesystem(exp: Experiment) -> None:
         if ds.source == "local" and not Path(ds.name).exists():
             raise ConfigError(f"config key 'datasets.{name}.name': the local dataset {ds.name!r} does "
                               "not exist; allowed: an existing file or folder")
-        if ds.source in ("hub", "authors") and _looks_local(ds.name) and not Path(ds.name).exists():
-            raise ConfigError(f"config key 'datasets.{name}.name': {ds.name!r} is a path that does not "
-                              "exist, and a path is never sent to the Hub; allowed: an existing "
+        # authors: `{split}` stands for train and validation (elf.data.authors.split_refs)
+        refs = {ds.name.replace("{split}", split) for split in ("train", "validation")}
+        missing = sorted(r for r in refs if _looks_local(r) and not Path(r).exists())
+        if ds.source in ("hub", "authors") and missing:
+            raise ConfigError(f"config key 'datasets.{name}.name': {missing[0]!r} is a path that does "
+                              "not exist, and a path is never sent to the Hub; allowed: an existing "
                               "folder or a Hub id")
+    for section, settings in (("tokenizer", exp.tokenizer), ("scorer", exp.scorer),
+                              *((f"encoders.{n}", e) for n, e in exp.encoders.items())):
+        ref = settings.name_or_path
+        if settings.source == "pretrained" and not Path(ref).exists() and \
+                (_looks_local(ref) or not HUB_ID.match(ref)):
+            raise ConfigError(f"config key '{section}.name_or_path': got {ref!r}, which is no local "
+                              "folder (a path is never sent to the Hub); allowed with source "
+                              "pretrained: an existing folder or a Hugging Face id (name or owner/name)")
     for name in exp.runs:
         released = exp.run(name).released
         if released and _looks_local(released) and not Path(released).exists():

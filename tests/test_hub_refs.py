@@ -1,4 +1,4 @@
-"""Pinned Hub revisions travel as ``name@revision`` and reach every ``from_pretrained`` call (tokenizer,
+"""Pinned Hub revisions travel as ``hub:name@revision`` and reach every ``from_pretrained`` call (tokenizer,
 encoder, scorer), and the config's revisions reach the rules' commands; no network (stand-ins)."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from elf.config import parse_experiment
-from elf.hub import hub_ref, pretrained_kwargs, snapshot_commit, split_ref
+from elf.hub import hub_ref, pretrained_kwargs, pretrained_ref, snapshot_commit, split_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,6 +21,7 @@ def test_refs_split_and_join(tmp_path):
     assert split_ref(str(odd)) == (str(odd), None)
     assert pretrained_kwargs("hub:gpt2-large@refs/pr/1") == ("gpt2-large", {"revision": "refs/pr/1"})
     assert pretrained_kwargs(str(odd)) == (str(odd), {})
+    assert pretrained_ref(str(odd), None) == str(odd) and pretrained_ref("t5-small", "r") == "hub:t5-small@r"
     commit = "0123456789abcdef0123456789abcdef01234567"
     assert snapshot_commit(f"/hf/hub/models--x--y/snapshots/{commit}/checkpoint_5") == commit
     assert snapshot_commit("/data/checkpoint_5") is None

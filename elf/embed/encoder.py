@@ -212,8 +212,8 @@ def train_encoder(settings: EncoderSettings, tokenizer, train_input_ids: torch.T
 # --------------------------------------------------------------------------------------------------
 
 def load_encoder(name_or_path: str) -> T5EncoderModel:
-    """A T5 encoder by Hub reference (``hub:t5-small``, ``hub:name@revision``) or saved folder, fp32, in eval mode,
-    with gradients off."""
+    """A T5 encoder by Hub reference (``hub:t5-small``, ``hub:name@revision``) or saved folder, fp32,
+    in eval mode, with gradients off."""
     from elf.hub import pretrained_kwargs
 
     name, kwargs = pretrained_kwargs(name_or_path, "encoder")

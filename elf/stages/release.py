@@ -22,7 +22,7 @@ checked ``config.yml`` entries). ``elf sample`` then treats the run like any tra
 Hub files are fetched with ``huggingface_hub.hf_hub_download`` at ``--revision`` (default: the run's
 ``released_revision``; cached under ``$HF_HOME``, see docs/cluster.md).
 
-    elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer t5-small \\
+    elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer hub:t5-small \\
         --settings '{"run": {"dataset": "owt", "kind": "released", ...}, "dataset": {...},
                      "embedding": {...}}' --out results/runs/R01_released
 
