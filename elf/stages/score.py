@@ -51,6 +51,8 @@ def register(subparsers) -> None:
     source.add_argument("--samples", nargs="+", help="samples JSONL file(s) (written by `elf sample`)")
     source.add_argument("--reference-texts", help="real text to score: datasets folder or JSONL file")
     parser.add_argument("--task", choices=TASKS, default="unconditional", help="which metrics")
+    parser.add_argument("--run", help="the run the samples must be of (checked against each header)")
+    parser.add_argument("--sampler", help="the sampler setting they must be of (checked likewise)")
     parser.add_argument("--scorer", help="scorer folder or hub name (unconditional)")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", help="score JSON to write (one samples file, or --reference-texts)")
@@ -161,7 +163,7 @@ def run(args) -> None:
     stems = [Path(path).stem for path in args.samples]
     if len(set(stems)) != len(stems):
         raise ElfError(f"--samples: two files share a name, their scores would collide: {args.samples}")
-    loaded = [read_samples_file(path) for path in args.samples]  # every file checked before scoring
+    loaded = [read_samples_file(path, args) for path in args.samples]  # all checked before scoring
     scorer = load_unconditional_scorer(args) if args.task == "unconditional" else None
     records = {Path(path).stem: score_record(path, header, rows, args, scorer)
                for path, (header, rows) in zip(args.samples, loaded)}
@@ -173,13 +175,18 @@ def run(args) -> None:
             write_json(tmp / f"{stem}.json", record)
 
 
-def read_samples_file(path: str) -> tuple[dict, list[dict]]:
+def read_samples_file(path: str, args) -> tuple[dict, list[dict]]:
+    """A samples file, checked against what it claims (``elf.artifacts.check_samples_header``: its
+    seed, task, run, sampler and checkpoint)."""
+    from elf.artifacts import check_samples_header
+
     try:
         header, rows = read_samples(path)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--samples: {err}") from err
     if not rows:
         raise ElfError(f"--samples {path}: the file holds no samples")
+    check_samples_header(path, header, task=args.task, run=args.run, sampler=args.sampler)
     return header, rows
 
 
