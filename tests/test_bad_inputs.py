@@ -11,12 +11,14 @@ reads them (exit status 2, ``elf.cli.ElfError``).
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+import tests.artifact_world as aw
 from elf.config import ConfigError
 from elf.validate import validate_workflow_config
 
@@ -154,13 +156,16 @@ CONFIG_ROWS = [
     ("results-unwritable", put("results", value="/proc/elf-results"),
      ["'results'", "/proc/elf-results", "cannot be written"], SNAKEMAKE),
     ("pretrained-tokenizer-path", put("tokenizer", value={"source": "pretrained", "name_or_path": "./tok"}),
-     ["tokenizer.name_or_path", "'./tok'", "Hugging Face id"], None),
+     ["tokenizer.name_or_path", "'./tok'", "no local folder", "Hugging Face id"], None),
+    ("pretrained-encoder-bad-id", put("encoders", "main", value={"source": "pretrained",
+                                                                 "name_or_path": "a/b/c"}),
+     ["encoders.main.name_or_path", "'a/b/c'", "Hugging Face id"], None),
     ("local-dataset-missing", put("datasets", "owt", value={"task": "unconditional", "source": "local",
                                                             "name": "/nonexistent/owt", "max_length": 48}),
      ["datasets.owt.name", "/nonexistent/owt", "does not exist"], None),
     ("authors-dataset-path-missing", put("datasets", "owt", value={
         "task": "unconditional", "source": "authors", "name": "./missing_{split}", "max_length": 48}),
-     ["datasets.owt.name", "./missing_{split}", "never sent to the Hub"], None),
+     ["datasets.owt.name", "./missing_train", "never sent to the Hub"], None),
     ("released-path-missing", add_run("rel", kind="released", released="./ckpts/checkpoint_5"),
      ["runs.rel.released", "./ckpts/checkpoint_5", "does not exist"], None),
     ("encoder-heads", put("encoders", "main", "heads", value=3),
@@ -253,3 +258,373 @@ def test_yaml_syntax_error_through_elf_check_names_file_and_line(tmp_path, capsy
     assert main(["check", "--configfile", str(path)]) == 2
     assert f"{path}:3:" in capsys.readouterr().err
     assert main(["check", "--configfile", str(ROOT / "config" / "ci.yaml")]) == 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Damaged and mismatched artifacts
+# --------------------------------------------------------------------------------------------------
+
+ARTIFACT_REFUSED = 2  # elf.cli: an ElfError is one line on stderr and exit status 2
+
+
+def flip_bytes(path: Path, n: int = 32, at: int | None = None) -> None:
+    data = bytearray(path.read_bytes())
+    start = len(data) // 2 if at is None else at
+    for i in range(start, start + n):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def truncate(path: Path, keep: float = 0.5) -> None:
+    path.write_bytes(path.read_bytes()[:int(path.stat().st_size * keep)])
+
+
+def rewrite_checksums(folder: Path) -> None:
+    """As if the writer itself had produced the (damaged) file: its checksums match it."""
+    from elf.artifacts import write_checksums
+
+    write_checksums(folder, [p.name for p in folder.glob("*.safetensors")])
+
+
+def edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    for key, value in changes.items():
+        node, *keys = key.split("__")
+        target = data
+        for part in [node, *keys][:-1]:
+            target = target[part]
+        target[[node, *keys][-1]] = value
+    path.write_text(json.dumps(data))
+
+
+def edit_store_attrs(store: Path, **changes) -> None:
+    meta = json.loads((store / "zarr.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            meta["attributes"].pop(key)
+        else:
+            meta["attributes"][key] = value
+    (store / "zarr.json").write_text(json.dumps(meta))
+
+
+def a_chunk(store: Path, array: str) -> Path:
+    return sorted(p for p in (store / array).rglob("*") if p.is_file() and p.name != "zarr.json")[0]
+
+
+def edit_header(path: Path, **changes) -> None:
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["provenance"].update(changes)
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+
+
+HELD: list = []  # output locks a row holds as "the first writer"; released after the row
+
+
+def hold_lock(path: Path) -> None:
+    from elf.io import output_lock
+
+    lock = output_lock(path)
+    lock.__enter__()
+    HELD.append(lock)
+
+
+def row_flipped_ema(w):
+    flip_bytes(w / "run" / "ema.safetensors")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_truncated_ema(w):
+    truncate(w / "run" / "ema.safetensors")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_zero_header_ema(w):
+    (w / "run" / "ema.safetensors").write_bytes(b"\0" * 8)
+    rewrite_checksums(w / "run")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_truncated_ema_rehashed(w):
+    truncate(w / "run" / "ema.safetensors")
+    rewrite_checksums(w / "run")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_no_checksums(w):
+    (w / "run" / "checksums.json").unlink()
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_config_not_json(w):
+    (w / "run" / "config.json").write_text("{model: oops")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_config_missing(w):
+    (w / "run" / "config.json").unlink()
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_config_other_network(w):
+    edit_json(w / "run" / "config.json", model__depth=3)
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_config_not_utf8(w):
+    (w / "run" / "config.json").write_bytes(b"\xff\xfe{}")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_tokenizer_missing(w):
+    return aw.sample_args(w, w / "o.jsonl", tokenizer="no_such_tokenizer")
+
+
+def row_other_tokenizer(w):
+    return aw.sample_args(w, w / "o.jsonl", tokenizer="tok2")
+
+
+def row_batch_size_zero(w):
+    return aw.sample_args(w, w / "o.jsonl", extra=("--batch-size", "0"))
+
+
+def row_output_under_a_file(w):
+    (w / "afile").write_text("x")
+    return aw.sample_args(w, w / "afile" / "o.jsonl")
+
+
+def row_second_sampler(w):
+    hold_lock(w / "o.jsonl")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
+def row_split_of_another_store(w):
+    args = aw.sample_args(w, w / "o.jsonl", conditional=True, extra=("--split", "test"))
+    args[args.index(str(w / "test.zarr"))] = str(w / "train.zarr")
+    return args
+
+
+def row_tokens_of_another_dataset(w):
+    args = aw.sample_args(w, w / "o.jsonl", conditional=True)
+    args[args.index(str(w / "tokens"))] = str(w / "other_tokens")
+    return args
+
+
+def row_store_other_tokenizer(w):
+    edit_json(w / "cond" / "config.json", tokenizer_sha256=None, tokenizer=None)
+    return aw.sample_args(w, w / "o.jsonl", conditional=True, tokenizer="tok2")
+
+
+def row_store_deleted_embeddings_chunk(w):
+    a_chunk(w / "test.zarr", "embeddings").unlink()
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_deleted_input_ids_chunk(w):
+    a_chunk(w / "test.zarr", "input_ids").unlink()
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_truncated_chunk(w):
+    truncate(a_chunk(w / "test.zarr", "embeddings_nosource"))
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_without_statistics(w):
+    edit_store_attrs(w / "test.zarr", normalization_stats=None)
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_flipped_token_ids(w):
+    from elf.artifacts import store_files
+
+    chunk = a_chunk(w / "test.zarr", "input_ids")
+    flip_bytes(chunk, n=4, at=0)
+    edit_store_attrs(w / "test.zarr", data_files=store_files(w / "test.zarr"))
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_incomplete(w):
+    edit_store_attrs(w / "test.zarr", complete=False)
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_metadata_not_json(w):
+    (w / "test.zarr" / "zarr.json").write_text("{not json")
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_without_file_counts(w):
+    edit_store_attrs(w / "test.zarr", data_files=None)
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_train_on_a_damaged_store(w):
+    a_chunk(w / "train.zarr", "embeddings").unlink()
+    return aw.train_args(w)
+
+
+def row_train_other_tokenizer(w):
+    return aw.train_args(w, tokenizer="tok2")
+
+
+def row_second_trainer(w):
+    hold_lock(w / "runs" / "new")
+    return aw.train_args(w)
+
+
+def row_distill_damaged_teacher(w):
+    flip_bytes(w / "cond" / "ema.safetensors")
+    return aw.distill_args(w)
+
+
+def row_samples_not_utf8(w):
+    path = w / "cond_samples" / "seed0.jsonl"
+    path.write_bytes(path.read_bytes() + b"\xff\xfe\n")
+    return aw.score_args(w)
+
+
+def row_samples_of_another_run(w):
+    return aw.score_args(w, extra=("--run", "base"))
+
+
+def row_samples_seed_not_its_name(w):
+    edit_header(w / "cond_samples" / "seed0.jsonl", seed=3)
+    return aw.score_args(w)
+
+
+def row_samples_other_task(w):
+    return aw.score_args(w, task="summarization")
+
+
+def row_samples_checkpoint_changed(w):
+    edit_json(w / "cond" / "checksums.json", **{"ema.safetensors__sha256": "0" * 64})
+    return aw.score_args(w)
+
+
+def row_samples_cut(w):
+    path = w / "cond_samples" / "seed0.jsonl"
+    path.write_text("\n".join(path.read_text().splitlines()[:-1]) + "\n")
+    return aw.score_args(w)
+
+
+def row_samples_header_not_json(w):
+    path = w / "cond_samples" / "seed0.jsonl"
+    path.write_text("{provenance\n" + "\n".join(path.read_text().splitlines()[1:]) + "\n")
+    return aw.score_args(w)
+
+
+def row_scorer_path_missing(w):
+    return aw.score_args(w, samples="samples/seed0.jsonl", task="unconditional",
+                         extra=("--scorer", str(w / "models" / "scorr")))
+
+
+def row_score_with_nan(w):
+    path = w / "scores" / "seed0.json"
+    path.write_text(path.read_text().replace('"bleu": ', '"bleu": NaN, "was": ', 1))
+    return aw.aggregate_args(w)
+
+
+def row_score_of_another_run(w):
+    return aw.aggregate_args(w, run="other")
+
+
+def row_score_not_json(w):
+    (w / "scores" / "seed0.json").write_text("[1, 2")
+    return aw.aggregate_args(w)
+
+
+def row_release_missing_path(w):
+    return ["release", "--source", "./no/such/checkpoint_5", "--settings", aw.train_settings("released"),
+            "--tokenizer", str(w / "tok"), "--out", str(w / "runs" / "rel")]
+
+
+ARTIFACT_ROWS = [
+    (row_flipped_ema, ["run/ema.safetensors", "sha256", "checksums.json", "damaged"]),
+    (row_truncated_ema, ["run/ema.safetensors", "bytes", "checksums.json"]),
+    (row_zero_header_ema, ["ema.safetensors", "not a readable safetensors file"]),
+    (row_truncated_ema_rehashed, ["ema.safetensors", "not a readable safetensors file"]),
+    (row_no_checksums, ["ema.safetensors", "no checksums.json"]),
+    (row_config_not_json, ["run/config.json", "not valid JSON"]),
+    (row_config_missing, ["run/config.json", "not a finished ELF checkpoint"]),
+    (row_config_other_network, ["ema.safetensors", "does not fit the network"]),
+    (row_config_not_utf8, ["run/config.json", "not UTF-8"]),
+    (row_tokenizer_missing, ["no_such_tokenizer", "no such local file or folder"]),
+    (row_other_tokenizer, ["--tokenizer", "tok2", "checkpoint", "sha256"]),
+    (row_batch_size_zero, ["--batch-size 0", ">= 1"]),
+    (row_output_under_a_file, ["cannot create the folder", "afile"]),
+    (row_second_sampler, ["o.jsonl is being written by pid", "on host"]),
+    (row_split_of_another_store, ["--split 'test'", "holds split 'train'"]),
+    (row_tokens_of_another_dataset, ["other_tokens", "is not the token data of --store"]),
+    (row_store_other_tokenizer, ["--tokenizer", "tok2", "store", "test.zarr"]),
+    (row_store_deleted_embeddings_chunk, ["test.zarr", "array embeddings", "missing or truncated"]),
+    (row_store_deleted_input_ids_chunk, ["test.zarr", "array input_ids", "missing or truncated"]),
+    (row_store_truncated_chunk, ["test.zarr", "array embeddings_nosource", "bytes"]),
+    (row_store_without_statistics, ["test.zarr", "lacks normalization_stats"]),
+    (row_store_flipped_token_ids, ["test.zarr", "input_ids", "sha256", "damaged"]),
+    (row_store_incomplete, ["test.zarr", "incomplete"]),
+    (row_store_metadata_not_json, ["test.zarr", "unreadable metadata"]),
+    (row_store_without_file_counts, ["test.zarr", "no 'data_files' record", "--finalize"]),
+    (row_train_on_a_damaged_store, ["train.zarr", "array embeddings", "missing"]),
+    (row_train_other_tokenizer, ["--tokenizer", "tok2", "store", "train.zarr"]),
+    (row_second_trainer, ["runs/new is being written by pid"]),
+    (row_distill_damaged_teacher, ["--teacher", "cond/ema.safetensors", "sha256"]),
+    (row_samples_not_utf8, ["seed0.jsonl", "not UTF-8"]),
+    (row_samples_of_another_run, ["seed0.jsonl", "run 'cond'", "run 'base' by --run"]),
+    (row_samples_seed_not_its_name, ["seed 3 in its header", "seed0.jsonl"]),
+    (row_samples_other_task, ["task 'translation'", "--task"]),
+    (row_samples_checkpoint_changed, ["checkpoint changed since sampling", "cond/ema.safetensors"]),
+    (row_samples_cut, ["seed0.jsonl", "n=6", "holds 5"]),
+    (row_samples_header_not_json, ["seed0.jsonl:1", "not JSON"]),
+    (row_scorer_path_missing, ["scorr", "no such local file or folder"]),
+    (row_score_with_nan, ["seed0.json", "non-finite number NaN"]),
+    (row_score_of_another_run, ["seed0.json", "run 'cond', not 'other'"]),
+    (row_score_not_json, ["seed0.json", "not valid JSON"]),
+    (row_release_missing_path, ["./no/such/checkpoint_5", "no such file or folder"]),
+]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return aw.build_world(tmp_path_factory.mktemp("world"))
+
+
+def run_elf(args, capsys) -> tuple[int, str]:
+    from elf.cli import main
+
+    capsys.readouterr()
+    status = main(args)
+    return status, capsys.readouterr().err
+
+
+def test_the_world_reads_cleanly(world, tmp_path, capsys):
+    """Every command of the table succeeds on the undamaged copy."""
+    w = aw.copy_world(world, tmp_path / "w")
+    for args in (aw.sample_args(w, w / "o.jsonl"), aw.sample_args(w, w / "c.jsonl", conditional=True),
+                 aw.score_args(w, extra=("--run", "cond", "--sampler", "sde2")), aw.aggregate_args(w),
+                 aw.train_args(w)):
+        assert run_elf(args, capsys) == (0, "")  # argv[0] is the stage
+    header = json.loads((w / "c.jsonl").read_text().splitlines()[0])["provenance"]
+    assert header["eval_split"] == "test"
+
+
+@pytest.mark.parametrize("damage, words", ARTIFACT_ROWS, ids=[row[0].__name__[4:] for row in ARTIFACT_ROWS])
+def test_damaged_artifact_is_refused_in_one_line(damage, words, world, tmp_path, capsys):
+    w = aw.copy_world(world, tmp_path / "w")
+    try:
+        status, err = run_elf(damage(w), capsys)
+    finally:
+        while HELD:
+            HELD.pop().__exit__(None, None, None)
+    assert status == ARTIFACT_REFUSED, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("elf "), err
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    assert not (w / "o.jsonl").exists() and not (w / "aggregate.json").exists()
+    assert not (w / "runs" / "new" / "ema.safetensors").exists()
+
+
+def test_the_table_holds_sixty_bad_inputs_none_accepted():
+    assert len(CONFIG_ROWS) + len(ARTIFACT_ROWS) >= 60
+    assert len(REAL) >= 10
