@@ -11,7 +11,10 @@ that the qualitative figure F8 shows beside an example), with
   ``--max-length`` or the scorer's context; ``--precision bf16``: the scorer's weights in bf16);
 - translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
 - summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
-Non-finite values (nothing scored) are written as null.
+Non-finite values (nothing scored) are written as null. Every samples file is checked before any is
+scored (``elf.artifacts.check_samples_header``): the seed its name ``seed<k>`` says, ``--task``, and
+``--run`` / ``--sampler`` when given, its row count, and the checkpoint digest its header records
+against the checkpoint now at that path.
 
 Several samples files (the seeds of one run and sampler) share one process and one scorer load:
 ``--samples DIR/seed0.jsonl DIR/seed1.jsonl --out-dir SCORES`` writes ``SCORES/seed0.json``, ...
