@@ -12,7 +12,8 @@ import sys
 
 # DAG order; each name is a module under elf.stages.
 STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
-          "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit")
+          "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit",
+          "check")
 
 
 class ElfError(Exception):

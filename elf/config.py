@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ def _f(default: Any = dataclasses.MISSING, *, help: str, lo: float | None = None
     return field(default=default, metadata=meta)
 
 
+# The built-in presets of elf.model.SIZES (a test keeps the two equal; config must not import torch).
+BUILTIN_SIZES = ("ELF-B", "ELF-M", "ELF-L")
 PRECISIONS = ("fp32", "bf16")  # the network precision policies, applied by elf/precision.py
 Precision = Literal["fp32", "bf16"]
 
@@ -347,7 +350,10 @@ class Experiment:
 
 
 def parse_experiment(data: dict) -> Experiment:
-    """Validate a whole config mapping; every run is resolved once so that a bad run fails now."""
+    """Validate a whole config mapping; every run is resolved once so that a bad run fails now,
+    then the cross-field rules of ``elf.validate`` (names, sizes, pairings, distillation chains)."""
+    from elf.validate import check_rules
+
     exp = from_dict(Experiment, data)
     for name, dataset in exp.datasets.items():
         _check_dataset(name, dataset)
@@ -361,6 +367,7 @@ def parse_experiment(data: dict) -> Experiment:
             if ref not in table:
                 raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
                                   f"under '{what}' (defined: {', '.join(table)})")
+    check_rules(exp)
     return exp
 
 
@@ -489,6 +496,8 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
+        if not math.isfinite(value):  # NaN passes every < / > range test: refuse it here
+            raise ConfigError(f"config key '{key}': got {value!r}; allowed: a finite number")
         return float(value)
     if tp is str:
         if not isinstance(value, str):

@@ -84,3 +84,15 @@ def test_learned_embedding_run_r10_is_in_the_embedding_figure():
         emb = exp.embeddings[run.embedding]
         assert (run.paper_run, emb.kind, emb.cache, emb.normalization) == ("R10", "learned", False, "fixed")
         assert run.model.decode_head and run_name in exp.figures["F5a"].runs
+
+
+def test_the_validators_size_and_figure_names_are_the_models_and_the_reports():
+    """elf/config.py and elf/validate.py name these without importing torch or the report."""
+    from elf.config import BUILTIN_SIZES
+    from elf.model import SIZES
+    from elf.report.figures import FIGURES
+    from elf.report.tables import TABLES
+    from elf.validate import CONDITIONAL_METRIC_IDS
+
+    assert tuple(SIZES) == BUILTIN_SIZES
+    assert all(fid in FIGURES or fid in TABLES for fid in CONDITIONAL_METRIC_IDS)

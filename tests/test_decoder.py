@@ -195,7 +195,8 @@ def assets(tmp_path_factory):
 
 def test_decoder_stage_writes_a_seeded_decoder_that_learns(assets, tmp_path):
     root, args = assets
-    assert sorted(p.name for p in (root / "sep").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (root / "sep").iterdir()) == ["checksums.json", "config.json",
+                                                                 "model.safetensors"]
     decoder, meta = load_decoder(root / "sep")
     assert meta["decoder"] == dict(d=D, width=32, layers=1, heads=4, vocab_size=VOCAB, max_length=L,
                                    rope_theta=10000.0, norm_eps=1e-6)
@@ -238,7 +239,7 @@ def test_sampling_refuses_a_missing_or_mismatched_decoder(assets, tmp_path, caps
     assert "pass --decoder" in capsys.readouterr().err
     other = tmp_path / "other"
     other.mkdir()
-    for name in ("model.safetensors", "config.json"):
+    for name in ("model.safetensors", "config.json", "checksums.json"):
         (other / name).write_bytes((root / "sep" / name).read_bytes())
     meta = json.loads((other / "config.json").read_text())
     meta["embedding"]["normalization"] = "fixed"

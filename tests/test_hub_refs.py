@@ -1,4 +1,4 @@
-"""Pinned Hub revisions travel as ``name@revision`` and reach every ``from_pretrained`` call (tokenizer,
+"""Pinned Hub revisions travel as ``hub:name@revision`` and reach every ``from_pretrained`` call (tokenizer,
 encoder, scorer), and the config's revisions reach the rules' commands; no network (stand-ins)."""
 
 from pathlib import Path
@@ -7,19 +7,21 @@ import pytest
 import yaml
 
 from elf.config import parse_experiment
-from elf.hub import hub_ref, pretrained_kwargs, snapshot_commit, split_ref
+from elf.hub import hub_ref, pretrained_kwargs, pretrained_ref, snapshot_commit, split_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_refs_split_and_join(tmp_path):
-    assert hub_ref("t5-small", "abc123") == "t5-small@abc123" and hub_ref("t5-small", None) == "t5-small"
-    assert split_ref("t5-small@abc123") == ("t5-small", "abc123")
+    assert hub_ref("t5-small", "abc123") == "hub:t5-small@abc123" and hub_ref("t5-small", None) == "hub:t5-small"
+    assert split_ref("hub:t5-small@abc123") == split_ref("t5-small@abc123") == ("t5-small", "abc123")
     assert split_ref("google-t5/t5-small") == ("google-t5/t5-small", None)
     odd = tmp_path / "me@work"   # an existing local path is never split
     odd.mkdir()
     assert split_ref(str(odd)) == (str(odd), None)
-    assert pretrained_kwargs("gpt2-large@refs/pr/1") == ("gpt2-large", {"revision": "refs/pr/1"})
+    assert pretrained_kwargs("hub:gpt2-large@refs/pr/1") == ("gpt2-large", {"revision": "refs/pr/1"})
+    assert pretrained_kwargs(str(odd)) == (str(odd), {})
+    assert pretrained_ref(str(odd), None) == str(odd) and pretrained_ref("t5-small", "r") == "hub:t5-small@r"
     commit = "0123456789abcdef0123456789abcdef01234567"
     assert snapshot_commit(f"/hf/hub/models--x--y/snapshots/{commit}/checkpoint_5") == commit
     assert snapshot_commit("/data/checkpoint_5") is None
@@ -46,8 +48,29 @@ def test_pinned_revision_reaches_from_pretrained(load, module, attr, monkeypatch
     monkeypatch.setattr(importlib.import_module(module), attr, recording_stub(calls))
     mod, fn = load.split(":")
     with pytest.raises(OSError, match="stand-in"):
-        getattr(importlib.import_module(mod), fn)("t5-small@abc123")
+        getattr(importlib.import_module(mod), fn)("hub:t5-small@abc123")
     assert calls[0][0] == "t5-small" and calls[0][1]["revision"] == "abc123"
+
+
+@pytest.mark.parametrize("load, module, attr", [
+    ("elf.data.tokenizer:load_tokenizer", "elf.data.tokenizer", "AutoTokenizer"),
+    ("elf.embed.encoder:load_encoder", "elf.embed.encoder", "T5EncoderModel"),
+    ("elf.evaluate.scorer:load_scorer", "elf.evaluate.scorer", "AutoTokenizer"),
+])
+@pytest.mark.parametrize("ref", ["results/models/tokenizr", "t5-small", "owner/name@abc"])
+def test_a_missing_local_path_never_reaches_the_hub(load, module, attr, ref, monkeypatch):
+    """Without ``hub:`` (which only the workflow's source: pretrained adds) a reference is a local
+    path: a missing one is refused before any from_pretrained call."""
+    import importlib
+
+    from elf.cli import ElfError
+
+    calls = []
+    monkeypatch.setattr(importlib.import_module(module), attr, recording_stub(calls))
+    mod, fn = load.split(":")
+    with pytest.raises(ElfError, match="no such local file or folder"):
+        getattr(importlib.import_module(mod), fn)(ref)
+    assert calls == []
 
 
 def test_scorer_loads_at_its_revision(monkeypatch):
@@ -56,7 +79,7 @@ def test_scorer_loads_at_its_revision(monkeypatch):
     calls = []
     monkeypatch.setattr(scorer, "AutoTokenizer", recording_stub(calls))
     with pytest.raises(OSError):
-        scorer.load_scorer("gpt2-large@r1")
+        scorer.load_scorer("hub:gpt2-large@r1")
     assert calls == [("gpt2-large", {"revision": "r1"})]
 
 

@@ -71,6 +71,46 @@ def test_killed_and_resumed_run_is_bitwise_identical(tmp_path):
         zip(_log(tmp_path / "resumed"), _log(tmp_path / "full"))]
 
 
+def _assert_same_run(full, resumed):
+    for name in ("model.safetensors", "ema.safetensors"):
+        a, b = load_file(full / name), load_file(resumed / name)
+        assert all(torch.equal(a[key], b[key]) for key in a), name
+    assert [{**r, "tokens_per_s": 0} for r in _log(resumed)] == \
+        [{**r, "tokens_per_s": 0} for r in _log(full)]
+
+
+def test_a_torn_log_line_is_dropped_with_a_warning_and_the_resume_is_exact(tmp_path):
+    data = tiny_data(8)
+    _train(tmp_path / "full", 7, data, checkpoint_every=3)
+    with pytest.raises(CrashForTest):
+        _train(tmp_path / "resumed", 7, data, checkpoint_every=3, crash=5)
+    with open(tmp_path / "resumed" / "train_log.jsonl", "ab") as fh:
+        fh.write(b'{"step": 6, "loss": 0.3\xff')  # a write cut by the kill (and not UTF-8)
+    with pytest.warns(RuntimeWarning, match="train_log.jsonl: dropping 1 cut"):
+        _train(tmp_path / "resumed", 7, data, checkpoint_every=3)
+    _assert_same_run(tmp_path / "full", tmp_path / "resumed")
+
+
+@pytest.mark.parametrize("damaged, resumes_from", [(("state.pt",), "state.prev.pt"),
+                                                   (("state.pt", "state.prev.pt"), "scratch")])
+def test_a_truncated_resume_state_falls_back_with_a_warning(tmp_path, damaged, resumes_from):
+    """Killed after step 5 with states at steps 2 (kept as state.prev.pt) and 4: a torn state.pt
+    resumes from step 2, two torn states from scratch; either way the run ends as an uninterrupted
+    one, where an unreadable state used to crash every retry."""
+    data = tiny_data(8)
+    _train(tmp_path / "full", 7, data, checkpoint_every=2)
+    with pytest.raises(CrashForTest):
+        _train(tmp_path / "resumed", 7, data, checkpoint_every=2, crash=5)
+    resume = tmp_path / "resumed" / "resume"
+    assert torch.load(resume / "state.prev.pt", weights_only=True)["step"] == 2
+    for name in damaged:
+        (resume / name).write_bytes((resume / name).read_bytes()[:200])
+    expected = "no readable resume state" if resumes_from == "scratch" else "state.pt is unreadable"
+    with pytest.warns(RuntimeWarning, match=expected):
+        _train(tmp_path / "resumed", 7, data, checkpoint_every=2)
+    _assert_same_run(tmp_path / "full", tmp_path / "resumed")
+
+
 def test_gradient_accumulation_matches_one_big_batch(tmp_path):
     data = tiny_data(8)
     one = _log_of(tmp_path / "one", data, grad_accum=1)

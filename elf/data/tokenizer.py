@@ -56,10 +56,11 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int) -> PreTrainedTokenize
 
 
 def load_tokenizer(name_or_path: str):
-    """A saved tokenizer folder or a hub id (``t5-small`` on a cluster; ``name@revision`` pins one)."""
+    """A saved tokenizer folder or a Hub reference (``hub:t5-small`` on a cluster; ``@revision`` pins
+    one; elf/hub.py)."""
     from elf.hub import pretrained_kwargs
 
-    name, kwargs = pretrained_kwargs(name_or_path)
+    name, kwargs = pretrained_kwargs(name_or_path, "tokenizer")
     return AutoTokenizer.from_pretrained(name, **kwargs)
 
 

@@ -212,11 +212,11 @@ def train_encoder(settings: EncoderSettings, tokenizer, train_input_ids: torch.T
 # --------------------------------------------------------------------------------------------------
 
 def load_encoder(name_or_path: str) -> T5EncoderModel:
-    """A T5 encoder by hub id (``t5-small``, ``name@revision``) or saved folder, fp32, in eval mode,
-    with gradients off."""
+    """A T5 encoder by Hub reference (``hub:t5-small``, ``hub:name@revision``) or saved folder, fp32,
+    in eval mode, with gradients off."""
     from elf.hub import pretrained_kwargs
 
-    name, kwargs = pretrained_kwargs(name_or_path)
+    name, kwargs = pretrained_kwargs(name_or_path, "encoder")
     encoder = T5EncoderModel.from_pretrained(name, dtype=torch.float32, **kwargs)
     encoder.eval()
     encoder.requires_grad_(False)

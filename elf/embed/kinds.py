@@ -111,7 +111,7 @@ def build_embedder(settings: EmbeddingSettings, encoder_path: str | None, vocab_
             raise ValueError(f"embedding kind '{settings.kind}' needs `dim` or an encoder to take it from")
         from elf.hub import pretrained_kwargs
 
-        name, kwargs = pretrained_kwargs(encoder_path)
+        name, kwargs = pretrained_kwargs(encoder_path, "encoder")
         dim = T5Config.from_pretrained(name, **kwargs).d_model
     if settings.kind == "gaussian":
         return GaussianTable(vocab_size, dim, seed)

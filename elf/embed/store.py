@@ -39,13 +39,16 @@ data of block k and marks it done. A rerun skips done blocks, and since each blo
 (mini-batches aligned to the block start) a resumed or sharded write equals an uninterrupted one. Shard
 job k of n writes the blocks with ``index % n == k`` of a store that any of them creates (atomically:
 built in a temp dir and renamed). ``finalize_store`` checks every block is done, merges the per-block
-statistics (so it never rereads the embeddings: 9 TB for OWT), hashes the token ids, and writes the
-statistics, the checksum and the completion marker in one attribute update.
+statistics (so it never rereads the embeddings: 9 TB for OWT), hashes the token ids, counts each array's
+data files and bytes, and writes the statistics, the checksum, the counts and the completion marker in
+one attribute update. ``open_store`` verifies all of it before a store is read
+(``elf.artifacts.check_store``; a finalize on a complete store without the counts records them).
 
 Attributes: ``layout``, ``identity`` (embedding settings, encoder + tokenizer identity, source data
 fingerprint; a rerun on a store made for other inputs is refused), ``code_version``, and once complete
 ``normalization_stats`` (scalar and per-channel mean/std over valid tokens, i.e. attention_mask == 1, of
-the stored ``embeddings`` values; population std), ``token_ids_sha256`` and ``complete: true``.
+the stored ``embeddings`` values; population std), ``token_ids_sha256``, ``data_files`` and
+``complete: true``.
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ import zarr
 from tqdm import tqdm
 from zarr.core.sync import sync as zarr_sync  # runs a coroutine on zarr's own event loop
 
-from elf.cli import ElfError
+from elf.artifacts import (STORE_FILES, TOKEN_HASH_LIMIT, ArtifactError, check_store, mismatch, short,
+                           store_files)
 from elf.io import code_version, sha256_json
 
 FORMAT_VERSION = 1
@@ -79,7 +83,7 @@ CHUNK_TARGET_BYTES = 256 << 10
 BLOCK_TARGET_BYTES = 256 << 20
 
 
-class StoreError(ElfError):
+class StoreError(ArtifactError):
     """A store that cannot be used as asked: missing, unfinished, or made for other inputs."""
 
 
@@ -408,17 +412,35 @@ class EmbeddingStore:
 
 
 def open_store(path: str | os.PathLike) -> EmbeddingStore:
-    """Open a complete store; refuse a missing or unfinished one with a message saying what to run."""
+    """Open a complete store, verified (``elf.artifacts.check_store``: statistics, checksum and every
+    array's data files as counted at finalize; the token-id checksum recomputed up to ``TOKEN_HASH_LIMIT`` bytes);
+    refuse a missing, unfinished or damaged one with a message saying what to run."""
     path = Path(path)
     if not (path / "zarr.json").exists():
         raise StoreError(f"no embedding store at {path}: run the embed stage (`elf embed ... --out {path}`)")
-    group = zarr.open_group(str(path), mode="r")
-    if not group.attrs.get(COMPLETE_ATTR):
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        complete = group.attrs.get(COMPLETE_ATTR)
+    except Exception as err:  # a damaged zarr.json: JSON, metadata or node errors
+        raise StoreError(f"embedding store {path}: unreadable metadata ({type(err).__name__}: {err})") from err
+    if not complete:
         raise StoreError(
             f"embedding store {path} is incomplete (no completion marker): rerun the embed stage "
             f"(`elf embed ... --out {path}`; it resumes), or `elf embed --finalize --out {path}` "
             f"once every --shard job has finished")
-    return EmbeddingStore(group, path)
+    check_store(path, group.attrs.asdict())
+    try:
+        store = EmbeddingStore(group, path)
+    except (KeyError, TypeError, ValueError) as err:
+        raise StoreError(f"embedding store {path}: an array is missing or unreadable ({err}); "
+                         "re-embed it") from err
+    layout = store.layout
+    if layout.num_sequences * layout.seq_len * 4 <= TOKEN_HASH_LIMIT:
+        found, recorded = _token_ids_sha256(group, layout, progress=False), store.attrs["token_ids_sha256"]
+        if found != recorded:
+            raise mismatch(f"embedding store {path}: input_ids", short(found), short(recorded),
+                           "the token ids are damaged; re-embed it")
+    return store
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -516,6 +538,8 @@ def finalize_store(path: str | os.PathLike, *, num_shards: int | None = None, pr
     group = zarr.open_group(str(path), mode="r+")
     layout = _layout_of(group, path)
     if group.attrs.get(COMPLETE_ATTR):
+        if STORE_FILES not in group.attrs:  # finalized before file records: record them as they are
+            group.attrs.update({STORE_FILES: store_files(path)})
         return group.attrs["normalization_stats"]
     rows = group["block_stats"][:]
     missing = np.flatnonzero(np.isnan(rows[:, 0]))
@@ -524,5 +548,6 @@ def finalize_store(path: str | os.PathLike, *, num_shards: int | None = None, pr
     stats = moments_to_stats(merge_moments(rows))
     checksum = _token_ids_sha256(group, layout, progress)
     group.attrs.update({"normalization_stats": stats, "token_ids_sha256": checksum,
+                        STORE_FILES: store_files(path),
                         "finalized_code_version": code_version(), COMPLETE_ATTR: True})
     return stats

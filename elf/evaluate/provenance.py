@@ -31,7 +31,7 @@ paper values       sidecar ``paper_values.sha256``             sha256 of the fil
 =================  ==========================================  =============================================
 
 Hub revisions are shown where they were recorded: a dataset's (and its raw test split's) from its
-``provenance.json``, a pinned tokenizer / encoder as ``name@revision``, the scorer's from its folder's
+``provenance.json``, a pinned tokenizer / encoder as ``hub:name@revision``, the scorer's from its folder's
 ``provenance.json``, a released checkpoint's repo, revision, resolved commit and file from its
 ``config.json`` (``released``).
 

@@ -36,8 +36,11 @@ def write_samples(path: str | os.PathLike, provenance: dict, rows: list[dict]) -
 def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     """Return ``(provenance, rows)``; raise ``SamplesFormatError`` on a malformed file."""
     path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        lines = [line for line in fh.read().split("\n") if line.strip()]
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = [line for line in fh.read().split("\n") if line.strip()]
+    except UnicodeDecodeError as err:
+        raise SamplesFormatError(f"{path}: not UTF-8 text (byte {err.start})") from err
     if not lines:
         raise SamplesFormatError(f"{path}: empty file; expected a provenance header line")
     header = _parse_line(path, 1, lines[0])
@@ -49,6 +52,10 @@ def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict]]:
         if not isinstance(row.get("text"), str):
             raise SamplesFormatError(f"{path}:{lineno}: a sample needs a string field 'text'")
         rows.append(row)
+    expected = header["provenance"].get("n")
+    if isinstance(expected, int) and expected != len(rows):
+        raise SamplesFormatError(f"{path}: its header says n={expected}, the file holds {len(rows)} "
+                                 "samples (cut or edited)")
     return header["provenance"], rows
 
 

@@ -130,11 +130,11 @@ def save_scorer(model, tokenizer, out_dir: str | os.PathLike, provenance: dict) 
 def load_scorer(name_or_path: str | os.PathLike, device: str | torch.device = "cpu",
                 dtype: torch.dtype = torch.float32):
     """(model in eval mode on ``device`` with weights in ``dtype``, tokenizer with pad = EOS) from a
-    folder or a hub name (``name@revision`` pins a revision; the authors load GPT-2 Large in bf16:
+    folder or a Hub reference (``hub:name@revision``, elf/hub.py; the authors load GPT-2 Large in bf16:
     ``elf.precision.scorer_dtype``)."""
     from elf.hub import pretrained_kwargs
 
-    name, kwargs = pretrained_kwargs(str(name_or_path))
+    name, kwargs = pretrained_kwargs(str(name_or_path), "scorer")
     tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -14,12 +14,12 @@ signature is kept as ``bleu_signature``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from elf.cli import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
-from elf.io import provenance, read_json, sha256_file, write_json
+from elf.artifacts import read_json
+from elf.io import provenance, sha256_file, write_json
 
 
 def register(subparsers) -> None:
@@ -49,10 +49,7 @@ def check_names(path: str, score: dict, run_name: str, sampler: str) -> None:
 def run(args) -> None:
     metrics_by_seed, sources, signatures = {}, [], set()
     for path in args.scores:
-        try:
-            score = read_json(path)
-        except (OSError, json.JSONDecodeError) as err:
-            raise ElfError(f"--scores {path}: cannot read ({err})") from err
+        score = read_json(path, "--scores file", finite=True)  # a NaN is damage, never a mean
         if not isinstance(score.get("metrics"), dict):
             raise ElfError(f"--scores {path}: no 'metrics' mapping (not an `elf score` output?)")
         check_names(path, score, args.run, args.sampler)

@@ -59,6 +59,7 @@ def run(args) -> None:
     import torch
     from tqdm import tqdm
 
+    from elf.artifacts import check_tokenizer
     from elf.data.tokenizer import load_tokenizer
     from elf.decoder import DecoderConfig, SeparateDecoder, decoder_loss, draw_corruption
     from elf.embed.reader import ShuffledBatches, StoreSource
@@ -70,6 +71,8 @@ def run(args) -> None:
         raise ElfError(f"--store {args.store} does not exist (run `elf embed` for the train split)")
     store = open_store(args.store)
     tokenizer = load_tokenizer(args.tokenizer)
+    check_tokenizer(args.tokenizer, (store.attrs.get("identity") or {}).get("tokenizer"),
+                    f"store {args.store}")
     device = resolve_device(args.device)
     if dec_s.width % dec_s.heads:
         raise ElfError(f"decoder width {dec_s.width} is not divisible by heads {dec_s.heads}")
@@ -113,9 +116,11 @@ def run(args) -> None:
 
 
 def save_decoder(out_dir: Path, decoder, meta: dict) -> None:
-    """config.json, then model.safetensors (the rule's output), each replaced in one rename."""
+    """config.json, then model.safetensors (the rule's output), each replaced in one rename, then
+    the weights' checksums.json (``elf.artifacts``)."""
     from safetensors.torch import save_file
 
+    from elf.artifacts import write_checksums
     from elf.io import atomic_path, provenance
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -125,18 +130,23 @@ def save_decoder(out_dir: Path, decoder, meta: dict) -> None:
     state = {k: v.detach().float().cpu().contiguous() for k, v in decoder.state_dict().items()}
     with atomic_path(out_dir / "model.safetensors") as tmp:
         save_file(state, str(tmp))
+    write_checksums(out_dir, ["model.safetensors"])
 
 
 def load_decoder(path, device="cpu"):
-    """(SeparateDecoder in eval mode, its config.json) from a directory written by ``elf decoder``."""
-    from safetensors.torch import load_file
-
+    """(SeparateDecoder in eval mode, its config.json) from a directory written by ``elf decoder``,
+    the weights verified against checksums.json."""
+    from elf.artifacts import ArtifactError, MissingArtifactError, load_safetensors, read_json, verified_sha256
     from elf.decoder import DecoderConfig, SeparateDecoder
 
     path = Path(path)
     if not (path / "model.safetensors").exists() or not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path} is not a finished decoder (rerun its decoder rule)")
-    meta = json.loads((path / "config.json").read_text())
-    decoder = SeparateDecoder(DecoderConfig(**meta["decoder"]))
-    decoder.load_state_dict(load_file(str(path / "model.safetensors")), strict=True)
+        raise MissingArtifactError(f"{path} is not a finished decoder (rerun its decoder rule)")
+    verified_sha256(path / "model.safetensors", "rerun its decoder rule")
+    meta = read_json(path / "config.json", "decoder config")
+    try:
+        decoder = SeparateDecoder(DecoderConfig(**meta["decoder"]))
+        decoder.load_state_dict(load_safetensors(path / "model.safetensors"), strict=True)
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise ArtifactError(f"{path}: model.safetensors does not fit config.json ({err})") from err
     return decoder.to(device).eval(), meta

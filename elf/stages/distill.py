@@ -108,12 +108,12 @@ def _load(path: str, what: str):
     from elf.train.checkpoint import load_model
     try:
         return load_model(Path(path), "ema")
-    except FileNotFoundError as err:
+    except ElfError as err:
         raise ElfError(f"--{what}: {err}") from err
 
 
 def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
-    from elf.io import read_json
+    from elf.artifacts import read_json
     if (init_meta.get("run") or {}).get("kind") != "distill":
         return None
     path = init_dir / TOKENS_FILE
@@ -130,12 +130,13 @@ def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
 def run(args) -> None:
     import torch
 
+    from elf.artifacts import check_tokenizer, tokenizer_sha256
     from elf.config import to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
     from elf.embed.store import open_store
     from elf.flow.distill import distill_step, draw_distill_step
-    from elf.io import write_json
+    from elf.io import output_lock, write_json
     from elf.stages.train import parse_precision, parse_train_settings
     from elf.train.checkpoint import checkpoint_sha256, model_meta
     from elf.train.loop import init_distributed, train
@@ -150,6 +151,8 @@ def run(args) -> None:
                        "cache: false")
     store = open_store(args.store)
     vocab = len(load_tokenizer(args.tokenizer))
+    check_tokenizer(args.tokenizer, (store.attrs.get("identity") or {}).get("tokenizer"),
+                    f"store {args.store}")
     rank, world_size, device = init_distributed()
     teacher, teacher_meta = _load(args.teacher, "teacher")
     student, init_meta = _load(args.init, "init")
@@ -166,6 +169,7 @@ def run(args) -> None:
                               mean=emb_s.mean, std=emb_s.std)
     meta = model_meta(student.cfg, run=to_dict(run_s), dataset=to_dict(data_s),
                       embedding=to_dict(emb_s), store=str(args.store), tokenizer=str(args.tokenizer),
+                      tokenizer_sha256=tokenizer_sha256(args.tokenizer),
                       store_identity=store.attrs.get("identity_sha256"),
                       normalization_stats=store.stats, precision=precision,
                       num_parameters=student.num_parameters(),
@@ -184,10 +188,11 @@ def run(args) -> None:
                             teacher_prediction=_prediction(teacher_meta),
                             loss_covers_padding=covers_padding, batch_rows=b.batch_size)
 
-    train(student, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
-          seq_shape=(store.seq_len, store.dim), rank=rank, world_size=world_size, device=device,
-          progress=not args.no_progress, draw_fn=draw_fn, step_fn=step_fn, precision=precision)
-    batches.close()
-    if rank == 0:
-        write_json(Path(args.out) / TOKENS_FILE, token_record(
-            Path(args.out).name, to_dict(run_s), store.seq_len, teacher_meta, init_record))
+    with output_lock(args.out, enabled=rank == 0):
+        train(student, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
+              seq_shape=(store.seq_len, store.dim), rank=rank, world_size=world_size, device=device,
+              progress=not args.no_progress, draw_fn=draw_fn, step_fn=step_fn, precision=precision)
+        batches.close()
+        if rank == 0:
+            write_json(Path(args.out) / TOKENS_FILE, token_record(
+                Path(args.out).name, to_dict(run_s), store.seq_len, teacher_meta, init_record))

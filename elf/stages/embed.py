@@ -32,7 +32,7 @@ from pathlib import Path
 
 from elf.cli import ElfError
 from elf.config import ConfigError, EmbeddingSettings, from_dict, to_dict
-from elf.io import provenance, read_json, sha256_file, sha256_json
+from elf.io import provenance, sha256_file, sha256_json
 
 # Only these settings change the stored values; normalisation is applied when reading.
 CONTENT_SETTINGS = ("kind", "encoder", "dtype")
@@ -152,7 +152,7 @@ def encoder_identity(name_or_path: str) -> dict:
     from elf.hub import pretrained_kwargs
 
     identity: dict = {"name_or_path": str(name_or_path)}
-    name, kwargs = pretrained_kwargs(str(name_or_path))
+    name, kwargs = pretrained_kwargs(str(name_or_path), "--encoder")
     identity.update(kwargs)  # the pinned revision, when there is one
     try:
         from transformers import AutoConfig
@@ -172,13 +172,13 @@ def encoder_identity(name_or_path: str) -> dict:
 
 def tokenizer_identity(tokenizer: str | None, tokens_dir: str) -> dict:
     """The tokenizer named on the command line, else the one the tokens' provenance.json records."""
-    record = Path(tokens_dir) / "provenance.json"
-    recorded = read_json(record) if record.is_file() else {}
+    from elf.artifacts import tokenizer_sha256, tokens_tokenizer
+
     if tokenizer is None:
-        return {"name_or_path": recorded.get("tokenizer"), "tokenizer_sha256": recorded.get("tokenizer_sha256")}
+        return tokens_tokenizer(tokens_dir)
     identity = {"name_or_path": tokenizer}
-    if (Path(tokenizer) / "tokenizer.json").is_file():
-        identity["tokenizer_sha256"] = sha256_file(Path(tokenizer) / "tokenizer.json")
+    if tokenizer_sha256(tokenizer):
+        identity["tokenizer_sha256"] = tokenizer_sha256(tokenizer)
     return identity
 
 

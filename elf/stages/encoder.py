@@ -92,9 +92,9 @@ def run(args) -> None:
             record.update(final_loss=losses[-1], final_loss_mean10=sum(tail) / len(tail),
                           first_loss=losses[0], train_sequences=len(input_ids))
         else:
-            from elf.hub import hub_ref
+            from elf.hub import pretrained_ref
 
-            ref = hub_ref(settings.name_or_path, settings.revision)
+            ref = pretrained_ref(settings.name_or_path, settings.revision)
             encoder = load_encoder(ref)
             record.update(pretrained=ref)
         check_pairing(tokenizer, encoder)

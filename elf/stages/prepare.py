@@ -368,6 +368,7 @@ def _real_tokens(data, split_record: dict) -> int:
 def run(args) -> None:
     import datasets
 
+    from elf.artifacts import tokenizer_sha256
     from elf.data.loaders import CarveSizes, DataError, load_raw
     from elf.data.tokenizer import load_tokenizer
 
@@ -376,8 +377,7 @@ def run(args) -> None:
         tokenizer = load_tokenizer(args.tokenizer)
     except (OSError, ValueError) as err:
         raise ElfError(f"--tokenizer {args.tokenizer!r} could not be loaded: {err}") from err
-    tokenizer_file = Path(args.tokenizer) / "tokenizer.json"
-    tokenizer_sha = sha256_file(tokenizer_file) if tokenizer_file.is_file() else None
+    tokenizer_sha = tokenizer_sha256(args.tokenizer)
     carve = CarveSizes(args.carve_docs, args.carve_docs, args.carve_docs)
     try:
         raw = load_raw(settings, args.raw_root, carve, num_proc=args.num_proc)

@@ -22,7 +22,7 @@ checked ``config.yml`` entries). ``elf sample`` then treats the run like any tra
 Hub files are fetched with ``huggingface_hub.hf_hub_download`` at ``--revision`` (default: the run's
 ``released_revision``; cached under ``$HF_HOME``, see docs/cluster.md).
 
-    elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer t5-small \\
+    elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer hub:t5-small \\
         --settings '{"run": {"dataset": "owt", "kind": "released", ...}, "dataset": {...},
                      "embedding": {...}}' --out results/runs/R01_released
 
@@ -116,7 +116,7 @@ def resolve_source(source: str, filename: str | None = None, revision: str | Non
         return path / name, (config if config.is_file() else None), \
             {"source": source, "repo_id": None, "filename": name}
     match = HUB_ID.match(source)
-    if not match:
+    if not match or source.startswith(("/", "./", "../", "~")):  # a path is never sent to the Hub
         raise ElfError(f"--source {source}: no such file or folder, and not a Hugging Face id "
                        "owner/name[/file]")
     return _from_hub(source, match["repo"], filename or match["file"], revision, download, list_files)

@@ -12,7 +12,12 @@ interrupted run resumes from the batches already written (``<out>.partial``):
 Several seeds share one process (the checkpoint is loaded once): ``--seed 0 1 2 --out-dir DIR`` writes
 ``DIR/seed<k>.jsonl`` for each, building them in ``DIR.partial/`` (finished seeds and the batches of
 the current one survive a kill and are reused) and moving that folder onto ``DIR`` at the end.
-Conditional tasks add ``--store <test split .zarr> --tokens <packed dataset dir>``. A run trained
+Conditional tasks add ``--store <test split .zarr> --tokens <packed dataset dir>``: sources and
+references both come from the store's split (``--split``, if given, must be it), and the packed
+split's token ids must equal the store's row by row, so a sample is never scored against another
+example's reference. The checkpoint's weights are verified against its ``checksums.json`` and the
+tokenizer against the one the checkpoint (and a conditional store) was made with
+(``elf.artifacts``); ``<out>.lock`` keeps a second sampler of the same output off. A run trained
 without a decode head names a separate decoder (Fig. 5b); pass its directory with ``--decoder``.
 """
 
@@ -60,7 +65,8 @@ def register(sub) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="samples per batch")
     p.add_argument("--store", help="conditional: the evaluation split's embedding store")
     p.add_argument("--tokens", help="conditional: packed dataset dir (source text, reference)")
-    p.add_argument("--split", default="test", help="conditional: split of --tokens")
+    p.add_argument("--split", default=None,
+                   help="conditional: the split sampled; default and only allowed value: --store's")
     p.add_argument("--decoder", help="separate decoder dir (`elf decoder`), for runs that name one")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", help="samples file (.jsonl) of the one --seed")
@@ -88,6 +94,16 @@ def run(args) -> None:
         raise ElfError(f"--seed: a seed is given twice ({args.seed})")
     if args.out and len(args.seed) != 1:
         raise ElfError(f"--out holds one seed; for {len(args.seed)} seeds pass --out-dir")
+    if args.batch_size < 1 or args.n < 0 or min(args.seed) < 0:
+        raise ElfError(f"--batch-size {args.batch_size}, --n {args.n}, --seed {args.seed}: allowed "
+                       "--batch-size >= 1, --n >= 0 (0: every conditional example), seeds >= 0")
+    from elf.io import output_lock
+
+    with output_lock(args.out or args.out_dir):
+        _run(args)
+
+
+def _run(args) -> None:
     job = _load_job(args)
     if args.out:
         _sample_seed(job, args, job.header(args.seed[0]), Path(args.out),
@@ -131,7 +147,7 @@ class _Job:
             sampler_settings=to_dict(settings), precision=self.precision, n=self.n,
             batch_size=args.batch_size, task=meta["dataset"]["task"], eval_store=args.store,
             eval_tokens=args.tokens,
-            eval_split=args.split if conditional else None,
+            eval_split=source_rows["split"] if conditional else None,
             eval_store_identity=source_rows["store_identity"] if conditional else None,
             decoder=args.decoder, decoder_sha256=decoder_sha256)
 
@@ -143,17 +159,18 @@ class _Job:
 
 
 def _load_job(args) -> _Job:
+    from elf.artifacts import check_tokenizer
     from elf.data.tokenizer import load_tokenizer
     from elf.train.checkpoint import checkpoint_sha256, load_model
 
     settings = parse_sampler_settings(args.sampler)
     device = resolve_device(args.device)
-    try:
-        model, meta = load_model(Path(args.checkpoint), "ema", device)
-    except FileNotFoundError as err:
-        raise ElfError(str(err)) from err
+    model, meta = load_model(Path(args.checkpoint), "ema", device)
     decoder, decoder_sha256 = _separate_decoder(args, meta, device)
     tokenizer = load_tokenizer(args.tokenizer)
+    check_tokenizer(args.tokenizer, {"name_or_path": meta.get("tokenizer"),
+                                     "tokenizer_sha256": meta.get("tokenizer_sha256")},
+                    f"checkpoint {args.checkpoint}")
     conditional = meta["dataset"]["task"] != "unconditional"
     source_rows = _conditional_inputs(args, meta) if conditional else None
     return _Job(args, settings, model, meta, decoder, decoder_sha256, tokenizer, source_rows, device,
@@ -205,7 +222,7 @@ def _sample_seed(job: _Job, args, header: dict, out: Path, partial: Path) -> Non
 
 def _separate_decoder(args, meta, device):
     """The run's separate decoder (and its weights' sha256), or (None, None) for a shared one."""
-    from elf.io import sha256_file
+    from elf.artifacts import verified_sha256
     from elf.stages.decoder import load_decoder
 
     named = meta["run"].get("decoder")
@@ -218,38 +235,67 @@ def _separate_decoder(args, meta, device):
         raise ElfError(f"run decodes with the separate decoder '{named}': pass --decoder")
     if not named:
         raise ElfError(f"--decoder given but the run of {args.checkpoint} names no decoder")
-    try:
-        decoder, dmeta = load_decoder(args.decoder, device)
-    except FileNotFoundError as err:
-        raise ElfError(str(err)) from err
+    decoder, dmeta = load_decoder(args.decoder, device)
     if dmeta["embedding"] != meta["embedding"] or dmeta["decoder"]["d"] != meta["model"]["d"]:
         raise ElfError(f"--decoder {args.decoder} was trained on embedding {dmeta['embedding']} "
                        f"but the run uses {meta['embedding']}")
-    return decoder, sha256_file(Path(args.decoder) / "model.safetensors")
+    return decoder, verified_sha256(Path(args.decoder) / "model.safetensors")
 
 
 def _conditional_inputs(args, meta) -> dict:
-    """Clean source embeddings (normalised as in training), masks, source text and reference."""
-    import datasets
+    """Clean source embeddings (normalised as in training), masks, source text and reference, all
+    of the store's split."""
     import numpy as np
     import torch
 
+    from elf.artifacts import check_tokenizer
     from elf.embed.kinds import normalise
     from elf.embed.store import from_storage, open_store
 
     if not args.store or not args.tokens:
         raise ElfError("a conditional run needs --store (evaluation split) and --tokens")
     store = open_store(args.store)
+    identity = store.attrs.get("identity") or {}
+    check_tokenizer(args.tokenizer, identity.get("tokenizer"), f"store {args.store}")
+    split = _store_split(store, identity, args.split)
     rows = store.read_rows(0, len(store))
     emb = from_storage(rows["embeddings"], store.dtype)
     e = meta["embedding"]
     x = normalise(emb, store.stats, e["normalization"], e["mean"], e["std"]).float()
-    packed = datasets.load_from_disk(args.tokens)[args.split]
-    return dict(store_identity=store.attrs.get("identity_sha256"),
+    packed = _packed_split(args.tokens, split)
+    if len(packed) != len(store) or not np.array_equal(np.asarray(packed["input_ids"]),
+                                                       np.asarray(rows["input_ids"])):
+        raise ElfError(f"--tokens {args.tokens} split {split!r} ({len(packed)} rows) is not the "
+                       f"token data of --store {args.store} ({len(store)} rows, made from "
+                       f"{identity.get('source', {}).get('tokens')}): sources and references "
+                       "would not pair with the stored embeddings; pass the tokens the store was "
+                       "embedded from")
+    return dict(split=split, store_identity=store.attrs.get("identity_sha256"),
                 input_ids=torch.as_tensor(np.asarray(rows["input_ids"]), dtype=torch.long),
                 cond_seq_mask=torch.as_tensor(np.asarray(rows["cond_seq_mask"])) > 0, x=x,
                 source_length=torch.as_tensor(np.asarray(packed["source_length"])),
                 source_text=list(packed["source_text"]), reference=list(packed["reference"]))
+
+
+def _store_split(store, identity: dict, asked: str | None) -> str:
+    """The split an evaluation store holds (its identity); ``--split`` may only repeat it."""
+    held = identity.get("source", {}).get("split")
+    if asked is not None and held is not None and asked != held:
+        raise ElfError(f"--split {asked!r}, but --store {store.path} holds split {held!r}: sources and "
+                       "references come from the store's split; pass the store of the split to sample")
+    return held or asked or "test"
+
+
+def _packed_split(tokens: str, split: str):
+    import datasets
+
+    try:
+        splits = datasets.load_from_disk(str(tokens))
+    except (FileNotFoundError, ValueError) as err:
+        raise ElfError(f"--tokens {tokens}: not a saved token dataset ({err})") from err
+    if split not in splits:
+        raise ElfError(f"--tokens {tokens} has no split {split!r} (has {list(splits)})")
+    return splits[split]
 
 
 def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, source_rows,

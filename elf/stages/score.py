@@ -11,7 +11,10 @@ that the qualitative figure F8 shows beside an example), with
   ``--max-length`` or the scorer's context; ``--precision bf16``: the scorer's weights in bf16);
 - translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
 - summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
-Non-finite values (nothing scored) are written as null.
+Non-finite values (nothing scored) are written as null. Every samples file is checked before any is
+scored (``elf.artifacts.check_samples_header``): the seed its name ``seed<k>`` says, ``--task``, and
+``--run`` / ``--sampler`` when given, its row count, and the checkpoint digest its header records
+against the checkpoint now at that path.
 
 Several samples files (the seeds of one run and sampler) share one process and one scorer load:
 ``--samples DIR/seed0.jsonl DIR/seed1.jsonl --out-dir SCORES`` writes ``SCORES/seed0.json``, ...
@@ -51,6 +54,8 @@ def register(subparsers) -> None:
     source.add_argument("--samples", nargs="+", help="samples JSONL file(s) (written by `elf sample`)")
     source.add_argument("--reference-texts", help="real text to score: datasets folder or JSONL file")
     parser.add_argument("--task", choices=TASKS, default="unconditional", help="which metrics")
+    parser.add_argument("--run", help="the run the samples must be of (checked against each header)")
+    parser.add_argument("--sampler", help="the sampler setting they must be of (checked likewise)")
     parser.add_argument("--scorer", help="scorer folder or hub name (unconditional)")
     out = parser.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", help="score JSON to write (one samples file, or --reference-texts)")
@@ -166,7 +171,7 @@ def run(args) -> None:
     stems = [Path(path).stem for path in args.samples]
     if len(set(stems)) != len(stems):
         raise ElfError(f"--samples: two files share a name, their scores would collide: {args.samples}")
-    loaded = [read_samples_file(path) for path in args.samples]  # every file checked before scoring
+    loaded = [read_samples_file(path, args) for path in args.samples]  # all checked before scoring
     scorer = load_unconditional_scorer(args) if args.task == "unconditional" else None
     records = {Path(path).stem: score_record(path, header, rows, args, scorer)
                for path, (header, rows) in zip(args.samples, loaded)}
@@ -178,13 +183,18 @@ def run(args) -> None:
             write_json(tmp / f"{stem}.json", record)
 
 
-def read_samples_file(path: str) -> tuple[dict, list[dict]]:
+def read_samples_file(path: str, args) -> tuple[dict, list[dict]]:
+    """A samples file, checked against what it claims (``elf.artifacts.check_samples_header``: its
+    seed, task, run, sampler and checkpoint)."""
+    from elf.artifacts import check_samples_header
+
     try:
         header, rows = read_samples(path)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--samples: {err}") from err
     if not rows:
         raise ElfError(f"--samples {path}: the file holds no samples")
+    check_samples_header(path, header, task=args.task, run=args.run, sampler=args.sampler)
     return header, rows
 
 

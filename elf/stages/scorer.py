@@ -45,9 +45,9 @@ def run(args) -> None:
 
     settings = parse_settings(args.settings)
     if settings.source == "pretrained":
-        from elf.hub import hub_ref
+        from elf.hub import pretrained_ref
 
-        ref = hub_ref(settings.name_or_path, settings.revision)
+        ref = pretrained_ref(settings.name_or_path, settings.revision)
         model, tokenizer = load_scorer(ref)
         save_scorer(model, tokenizer, args.out, provenance(
             settings=to_dict(settings), source=ref, revision=settings.revision,

@@ -55,9 +55,9 @@ def run(args) -> None:
             raise ElfError(f"--corpora {args.corpora!r}: {err}") from err
         record["corpora"] = {"path": args.corpora, "sha256": folder_sha256(args.corpora)}
     else:
-        from elf.hub import hub_ref
+        from elf.hub import pretrained_ref
 
-        ref = hub_ref(settings.name_or_path, settings.revision)
+        ref = pretrained_ref(settings.name_or_path, settings.revision)
         try:
             tokenizer = load_tokenizer(ref)
         except (OSError, ValueError) as err:

@@ -58,8 +58,10 @@ def parse_precision(text: str) -> str:
 def run(args) -> None:
     import torch
 
+    from elf.artifacts import check_tokenizer, tokenizer_sha256
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
+    from elf.io import output_lock
     from elf.model import ELF, model_config
     from elf.train.checkpoint import model_meta
     from elf.train.loop import init_distributed, train
@@ -73,6 +75,7 @@ def run(args) -> None:
                        "the run needs model.decode_head: true")
     tokenizer = load_tokenizer(args.tokenizer)
     source = _batch_source(args, emb_s, len(tokenizer))
+    check_tokenizer(args.tokenizer, *_recorded_tokenizer(args, source))
     try:
         cfg = model_config(run_s.model.size, sizes, d=source.dim, vocab_size=len(tokenizer),
                            max_length=source.seq_len, bottleneck=run_s.model.bottleneck,
@@ -90,15 +93,28 @@ def run(args) -> None:
                               mean=emb_s.mean, std=emb_s.std)
     meta = model_meta(cfg, run=to_dict(run_s), dataset=to_dict(data_s), embedding=to_dict(emb_s),
                       store=args.store, tokens=args.tokens, encoder=args.encoder,
-                      tokenizer=str(args.tokenizer), store_identity=source.store_identity,
+                      tokenizer=str(args.tokenizer), tokenizer_sha256=tokenizer_sha256(args.tokenizer),
+                      store_identity=source.store_identity,
                       tokens_fingerprint=source.tokens_fingerprint,
                       normalization_stats=source.stats, precision=precision, num_parameters=sum(
                           p.numel() for p in model.parameters()),
                       **({"learned_table": table_meta} if table_meta else {}))
-    train(model, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
-          seq_shape=(source.seq_len, source.dim), rank=rank, world_size=world_size, device=device,
-          progress=not args.no_progress, step_fn=step_fn, after_step=after_step, precision=precision)
+    with output_lock(args.out, enabled=rank == 0):
+        train(model, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
+              seq_shape=(source.seq_len, source.dim), rank=rank, world_size=world_size, device=device,
+              progress=not args.no_progress, step_fn=step_fn, after_step=after_step,
+              precision=precision)
     batches.close()
+
+
+def _recorded_tokenizer(args, source) -> tuple[dict, str]:
+    """The tokenizer the training data was made with (the store's identity, or the tokens'
+    provenance) and what recorded it."""
+    from elf.artifacts import tokens_tokenizer
+
+    if args.store:
+        return (source.store.attrs.get("identity") or {}).get("tokenizer"), f"store {args.store}"
+    return tokens_tokenizer(args.tokens), f"tokens {args.tokens}"
 
 
 def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
@@ -142,5 +158,5 @@ def _table_width(encoder: str | None) -> int:
         raise ElfError("embedding kind 'learned' takes its width from the encoder: pass --encoder")
     from elf.hub import pretrained_kwargs
 
-    name, kwargs = pretrained_kwargs(encoder)
+    name, kwargs = pretrained_kwargs(encoder, "--encoder")
     return T5Config.from_pretrained(name, **kwargs).d_model

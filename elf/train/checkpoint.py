@@ -3,8 +3,12 @@
 A run directory (``results/runs/<run>/``) holds
 - ``ema.safetensors`` / ``model.safetensors``: EMA and raw weights (safetensors: no code is unpickled),
 - ``config.json``: the model config and run settings — the model rebuilds from the checkpoint alone,
+- ``checksums.json``: size and sha256 of both weight files, written last; ``load_model`` verifies the
+  weights against it (``elf.artifacts``), so a damaged or replaced file is refused, never sampled,
 - ``resume/state.pt`` while training: optimiser, EMA, step, data position and RNG states, loaded
-  with ``weights_only=True``; removed once the run completes so a changed rerun starts afresh.
+  with ``weights_only=True``; removed once the run completes so a changed rerun starts afresh. It is
+  replaced in one rename (the one before kept as ``state.prev.pt``), and an unreadable one (a torn
+  copy, a full disk) is skipped with a warning for the previous one, else a fresh start.
 """
 
 from __future__ import annotations
@@ -13,60 +17,94 @@ import dataclasses
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from elf.io import atomic_dir, atomic_path, sha256_file
+from elf.artifacts import (ArtifactError, MissingArtifactError, load_safetensors, read_json,
+                           verified_sha256, write_checksums)
+from elf.io import atomic_path
 from elf.model import ELF, ModelConfig
 
 RESUME_DIR = "resume"
+WEIGHT_FILES = ("model.safetensors", "ema.safetensors")
+RERUN = "rerun its train rule"
 
 
 def save_final(out_dir: Path, model_state: dict, ema_state: dict, meta: dict) -> None:
-    """Write weights + config.json atomically (each file replaced in one rename)."""
+    """Write weights + config.json atomically (each file replaced in one rename), then their
+    checksums."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, state in (("model.safetensors", model_state), ("ema.safetensors", ema_state)):
+    for name, state in zip(WEIGHT_FILES, (model_state, ema_state)):
         with atomic_path(out_dir / name) as tmp:
             save_file({k: v.detach().float().cpu().contiguous() for k, v in state.items()}, str(tmp))
     with atomic_path(out_dir / "config.json") as tmp:
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    write_checksums(out_dir, WEIGHT_FILES)
 
 
 def read_meta(ckpt_dir: Path) -> dict:
     path = Path(ckpt_dir) / "config.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: {ckpt_dir} is not a finished ELF checkpoint "
-                                "(rerun its train rule)")
-    return json.loads(path.read_text())
+        raise MissingArtifactError(f"{path} not found: {ckpt_dir} is not a finished ELF checkpoint "
+                                   f"({RERUN})")
+    meta = read_json(path, "checkpoint config")
+    if not isinstance(meta, dict) or not isinstance(meta.get("model"), dict):
+        raise ArtifactError(f"checkpoint config {path}: no 'model' mapping (not written by elf; {RERUN})")
+    return meta
 
 
 def load_model(ckpt_dir: Path, weights: str = "ema", device="cpu") -> tuple[ELF, dict]:
-    """Rebuild the network from ``config.json`` and load its EMA (default) or raw weights."""
+    """Rebuild the network from ``config.json`` and load its EMA (default) or raw weights, verified
+    against ``checksums.json``."""
     meta = read_meta(ckpt_dir)
-    model = ELF(ModelConfig(**meta["model"]))
-    state = load_file(str(Path(ckpt_dir) / f"{weights}.safetensors"))
-    model.load_state_dict(state, strict=True)
+    path = Path(ckpt_dir) / f"{weights}.safetensors"
+    verified_sha256(path, RERUN)
+    try:
+        model = ELF(ModelConfig(**meta["model"]))
+        model.load_state_dict(load_safetensors(path), strict=True)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ArtifactError(f"{path}: does not fit the network of {Path(ckpt_dir) / 'config.json'} "
+                            f"({str(err).splitlines()[0]}); {RERUN}") from err
     return model.to(device).eval(), meta
 
 
 def checkpoint_sha256(ckpt_dir: Path, weights: str = "ema") -> str:
-    return sha256_file(Path(ckpt_dir) / f"{weights}.safetensors")
+    """The verified sha256 of a checkpoint's weights (computed once per process)."""
+    return verified_sha256(Path(ckpt_dir) / f"{weights}.safetensors", RERUN)
 
 
 def save_resume(out_dir: Path, state: dict) -> None:
-    """Atomically replace ``resume/`` with the given training state."""
-    with atomic_dir(Path(out_dir) / RESUME_DIR) as tmp:
-        torch.save(state, tmp / "state.pt")
+    """Replace ``resume/state.pt`` in one rename, keeping the one before as ``state.prev.pt``."""
+    folder = Path(out_dir) / RESUME_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / "state.pt") as tmp:
+        torch.save(state, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        if (folder / "state.pt").exists():
+            os.replace(folder / "state.pt", folder / "state.prev.pt")
 
 
 def load_resume(out_dir: Path) -> dict | None:
-    path = Path(out_dir) / RESUME_DIR / "state.pt"
-    if not path.exists():
-        return None
-    return torch.load(path, weights_only=True, map_location="cpu")
+    """The newest readable resume state; an unreadable one is skipped with a warning."""
+    folder = Path(out_dir) / RESUME_DIR
+    for name in ("state.pt", "state.prev.pt"):
+        path = folder / name
+        if not path.exists():
+            continue
+        try:
+            return torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as err:  # a torn or damaged file: zip, unpickling or EOF errors
+            reason = (str(err).split(". ")[0] or type(err).__name__).splitlines()[0]
+            warnings.warn(f"{path} is unreadable ({reason}): ignoring it", RuntimeWarning, stacklevel=2)
+    if folder.exists():
+        warnings.warn(f"no readable resume state in {folder}: training starts from scratch",
+                      RuntimeWarning, stacklevel=2)
+    return None
 
 
 def clear_resume(out_dir: Path) -> None:

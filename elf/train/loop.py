@@ -7,7 +7,10 @@ Plain and linear in the manner of nanoGPT's ``train.py``. Exactness properties t
 - the loss is normalised by the global batch's mask sum, so summed micro-batch / rank losses equal
   the single-batch loss;
 - ``resume/state.pt`` holds weights, optimiser, EMA, step, data position and the generator state, so
-  a killed run resumes bitwise-identically on CPU.
+  a killed run resumes bitwise-identically on CPU; it and ``train_log.jsonl`` survive a torn write
+  (``elf.train.checkpoint``: the state replaced in one rename, an unreadable one skipped; the log
+  grows by whole lines and a resumed run drops a torn one with a warning). The stages hold
+  ``elf.io.output_lock`` on the run directory around ``train``: one writer at a time.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import contextlib
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Protocol
 
@@ -25,7 +29,7 @@ from tqdm import tqdm
 
 from elf.config import RunSettings
 from elf.flow.objective import draw_step, loss_mask, training_step
-from elf.io import sha256_json
+from elf.io import append_line, atomic_path, sha256_json
 from elf.precision import network_autocast
 from elf.train.checkpoint import clear_resume, load_resume, save_final, save_resume
 from elf.train.optim import EMA, build_optimizer, clip_grad_norm, lr_at
@@ -166,8 +170,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
                 record.update(monitor(step, ema))
             t_last = time.perf_counter()  # the monitor's time is not training time
             bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            with open(log_path, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
+            append_line(log_path, json.dumps(record))
         if step % b.checkpoint_every == 0 and step < b.steps and rank == 0:
             save_resume(out_dir, dict(run_hash=run_hash, step=step, model=model.state_dict(),
                                       optimizer=optimizer.state_dict(), ema=ema.state_dict(),
@@ -183,9 +186,23 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
 
 
 def _truncate_log(path: Path, step: int) -> None:
-    """Keep only log lines up to ``step`` (a resumed run rewrites what came after)."""
+    """Keep only log lines up to ``step`` (a resumed run rewrites what came after), rewritten in one
+    rename; a torn line (a write cut by a crash) is dropped with a warning."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    kept, torn = [], []
+    for number, line in enumerate(path.read_bytes().decode("utf-8", "replace").splitlines(), 1):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            record = None
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            torn += [number] if line.strip() else []
+        elif record["step"] <= step:
+            kept.append(line)
+    if torn:
+        warnings.warn(f"{path}: dropping {len(torn)} cut or unreadable line(s) (line {torn[0]}"
+                      f"{' ...' if len(torn) > 1 else ''}): a write was interrupted",
+                      RuntimeWarning, stacklevel=2)
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(line + "\n" for line in kept))

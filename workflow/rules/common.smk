@@ -6,11 +6,14 @@ import sys
 from pathlib import Path
 
 from elf import plan
-from elf.config import ConfigError, parse_experiment, to_dict
-from elf.hub import hub_ref
+from elf.config import ConfigError, to_dict
+from elf.hub import pretrained_ref
+from elf.validate import validate_workflow_config
 
+# Before anything is written (experiment.json below is the only parse-time write): the config files
+# read strictly, every key and cross-field rule, the output roots (elf/validate.py).
 try:
-    EXP = parse_experiment(config)
+    EXP = validate_workflow_config(config, workflow.configfiles)
 except ConfigError as err:
     sys.exit(f"Invalid configuration: {err}")
 
@@ -37,8 +40,9 @@ def as_json(obj):
 
 
 def built_or_name(settings, path):
-    """A model built by the DAG (its folder) or loaded by hub name (``name@revision`` when pinned)."""
-    return path if settings.source == "build" else hub_ref(settings.name_or_path, settings.revision)
+    """A model built by the DAG (its folder), or a pretrained one: a local folder, else a Hub
+    reference (``hub:name@revision``, elf/hub.py)."""
+    return path if settings.source == "build" else pretrained_ref(settings.name_or_path, settings.revision)
 
 
 TOKENIZER = built_or_name(EXP.tokenizer, f"{R}/models/tokenizer")
