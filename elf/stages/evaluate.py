@@ -30,6 +30,7 @@ import shutil
 from pathlib import Path
 
 from elf.cli import ElfError, build_parser
+from elf.io import output_lock
 
 DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs
 
@@ -81,6 +82,11 @@ def run(args) -> None:
     except FileNotFoundError as err:
         raise ElfError(f"--checkpoint {args.checkpoint}: {err}") from err
     out = Path(args.out_dir)
+    with output_lock(out):
+        _evaluate_all(args, plan, ckpt_sha, out)
+
+
+def _evaluate_all(args, plan: dict, ckpt_sha: str, out: Path) -> None:
     staging = out.with_name(out.name + ".partial")
     for name, entry in plan["samplers"].items():
         marker = staging / DONE / f"{name}.json"
@@ -114,8 +120,8 @@ def evaluate_sampler(args, plan: dict, name: str, entry: dict, staging: Path) ->
         sample += ["--decoder", args.decoder]
     run_stage(sample + (["--no-progress"] if args.no_progress else []))
     files = [str(samples / f"seed{s}.jsonl") for s in seeds]
-    score = ["score", "--samples", *files, "--task", plan["task"], "--batch-size",
-             str(plan["score_batch_size"]), "--out-dir", str(scores), *common]
+    score = ["score", "--samples", *files, "--task", plan["task"], "--run", plan["run"], "--sampler",
+             name, "--batch-size", str(plan["score_batch_size"]), "--out-dir", str(scores), *common]
     run_stage(score + (["--scorer", args.scorer] if args.scorer else []))
     aggregate = staging / "aggregates" / f"{name}.json"
     run_stage(["aggregate", "--scores", *[str(scores / f"seed{s}.json") for s in seeds],
@@ -123,10 +129,13 @@ def evaluate_sampler(args, plan: dict, name: str, entry: dict, staging: Path) ->
 
 
 def _drop_strays(staging: Path, samplers: set[str]) -> None:
-    """Outputs of samplers no longer in the plan (an edited config) do not belong to this job."""
+    """Outputs of samplers no longer in the plan (an edited config) do not belong to this job, nor
+    the stages' lock files (this job holds the lock of the whole folder)."""
     for kind in ("samples", "scores"):
         for path in (staging / kind).glob("*"):
-            if path.name not in samplers:
+            if path.suffix == ".lock" or path.is_file():
+                path.unlink()
+            elif path.name not in samplers:
                 shutil.rmtree(path)
     for path in (staging / "aggregates").glob("*.json"):
         if path.stem not in samplers:
