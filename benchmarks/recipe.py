@@ -10,7 +10,8 @@ EMA weights:
 - samples from the sampler ``--sampler`` (default the paper's 32-step system setting: SDE γ 1.5,
   SC-CFG 3) with the candidate's noise scale and time distribution: Gen. PPL and entropy under the
   embedded scorer, and repetition (share of a sample's most frequent word);
-beside calibration lines: the held-out text itself, the same rows shuffled, i.i.d. unigram tokens.
+beside calibration lines: held-out rows cut at their first EOS as samples are (and whole), the same
+rows with their tokens shuffled, i.i.d. unigram tokens.
 
 Needs the embedded default's data, encoder and scorer (about 2 minutes):
 
@@ -232,13 +233,18 @@ def text_metrics(texts: list[str], scorer) -> dict:
 
 
 def calibration(results: Path, tokenizer, scorer, n: int, seed: int) -> dict[str, dict]:
-    from elf.evaluate.calibration import CORRUPTIONS, corrupt_texts
-    from elf.evaluate.samples import read_text_column
+    """The lines a model is read against: held-out rows cut at their first EOS as samples are (and
+    whole, as the DAG's Dataset line scored them before), the same rows shuffled, unigram draws."""
+    from elf.evaluate.calibration import CORRUPTIONS, corrupt_rows
+    from elf.evaluate.samples import read_text_column, reference_rows
 
-    texts, _ = read_text_column(results / "data/owt/tokens", ("test",), n)
-    lines = {"held-out text": text_metrics(texts, scorer)}
+    tokens = results / "data/owt/tokens"
+    rows, _ = reference_rows(tokens, "test", n, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    decode = lambda rs: [tokenizer.decode(r, skip_special_tokens=True) for r in rs]  # noqa: E731
+    lines = {"held-out text": text_metrics(decode(rows), scorer),
+             "held-out, whole rows": text_metrics(read_text_column(tokens, ("test",), n)[0], scorer)}
     for how in CORRUPTIONS:
-        lines[f"{how} text"] = text_metrics(corrupt_texts(texts, tokenizer, how, seed), scorer)
+        lines[f"{how} text"] = text_metrics(decode(corrupt_rows(rows, how, seed)), scorer)
     return lines
 
 

@@ -124,6 +124,9 @@ class RunSettings:
     paper_run: Optional[str] = _f(None, help="the paper's run id it replicates (R01..R34)")
     decoder: Optional[str] = _f(None, help="a key of `decoders`: decode samples with that separate "
                                 "decoder (needs model.decode_head false and objective.decode_prob 0)")
+    replicate_of: Optional[str] = _f(None, help="a training-seed replicate of that run: the same "
+                                     "settings but budget.seed; evaluated on the same samplers, it gives "
+                                     "the training-seed spread of the review's trend checks")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -316,6 +319,23 @@ class FigureSettings:
 
 
 @dataclass(frozen=True)
+class PairRef:
+    """One evaluated (run, sampler) pair."""
+    run: str = _f(help="a key of `runs`")
+    sampler: str = _f(help="a key of `samplers`")
+
+
+@dataclass(frozen=True)
+class TrendSettings:
+    """A claim of the paper checked on our numbers: ``a`` has a lower ``metric`` than ``b``
+    (elf/report/trends.py decides holds / does not hold / not resolved from both spreads)."""
+    claim: str = _f(help="the paper's claim in words")
+    lower: PairRef = _f(help="the pair the claim says is lower")
+    higher: PairRef = _f(help="the pair it is compared with")
+    metric: str = _f("gen_ppl", help="aggregate metric compared (gen_ppl, entropy, bleu, ...)")
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A whole configuration file, validated."""
     results: str = _f("results", help="root of intermediate outputs")
@@ -338,6 +358,8 @@ class Experiment:
     samplers: dict[str, SamplerSettings] = _f(help="named sampler settings", factory=dict)
     evaluation: EvalSettings = _f(help="evaluation protocol", factory=EvalSettings)
     figures: dict[str, FigureSettings] = _f(help="figures and tables to render", factory=dict)
+    trends: dict[str, TrendSettings] = _f(help="the paper's claims checked on our numbers (review)",
+                                          factory=dict)
     unstated: tuple[str, ...] = _f((), help="settings the paper does not state and the value chosen "
                                    "here (listed in the replication review)")
 
@@ -367,6 +389,13 @@ def parse_experiment(data: dict) -> Experiment:
             if ref not in table:
                 raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
                                   f"under '{what}' (defined: {', '.join(table)})")
+    for name, trend in exp.trends.items():
+        for side in ("lower", "higher"):
+            pair = getattr(trend, side)
+            for ref, table, what in ((pair.run, exp.runs, "run"), (pair.sampler, exp.samplers, "sampler")):
+                if ref not in table:
+                    raise ConfigError(f"config key 'trends.{name}.{side}.{what}': '{ref}' is not "
+                                      f"defined under '{what}s' (defined: {', '.join(table)})")
     check_rules(exp)
     return exp
 

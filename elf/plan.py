@@ -26,14 +26,58 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
 
 
-def run_samplers(exp: Experiment, run: str) -> list[str]:
-    """Samplers the figures need of ``run``, in first-use order."""
+def trend_pairs(exp: Experiment) -> list[tuple[str, str]]:
+    """(run, sampler) pairs the trend checks compare (``trends``), each once."""
+    pairs = {(getattr(t, side).run, getattr(t, side).sampler): None
+             for t in exp.trends.values() for side in ("lower", "higher")}
+    return list(pairs)
+
+
+def replicates_of(exp: Experiment, run: str) -> list[str]:
+    """The training-seed replicates of ``run`` (runs with ``replicate_of: run``), in config order."""
+    return [name for name in exp.runs if exp.run(name).replicate_of == run]
+
+
+def training_seed_runs(exp: Experiment, run: str) -> list[str]:
+    """A run and its training-seed replicates."""
+    return [run, *replicates_of(exp, run)]
+
+
+def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
+    """Every (run, sampler) the replication review reads: the figures', and for the trend checks and
+    the training-seed spread every sampler of a replicated run on each of its training seeds."""
+    pairs: dict[tuple[str, str], None] = {}
+    for figure_id in exp.figures:
+        for pair in figure_pairs(exp, figure_id):
+            pairs.setdefault(pair)
+    for run, sampler in trend_pairs(exp):
+        for name in training_seed_runs(exp, run):
+            pairs.setdefault((name, sampler))
+    for run in exp.runs:
+        if replicates_of(exp, run):
+            for sampler in run_samplers(exp, run):
+                for name in training_seed_runs(exp, run):
+                    pairs.setdefault((name, sampler))
+    return list(pairs)
+
+
+def _own_samplers(exp: Experiment, run: str) -> dict[str, None]:
     seen: dict[str, None] = {}
     for figure_id in exp.figures:
         for pair_run, sampler in figure_pairs(exp, figure_id):
             if pair_run == run:
                 seen.setdefault(sampler)
-    return list(seen)
+    for pair_run, sampler in trend_pairs(exp):
+        if pair_run == run:
+            seen.setdefault(sampler)
+    return seen
+
+
+def run_samplers(exp: Experiment, run: str) -> list[str]:
+    """Samplers evaluated for ``run``: those its figures and trend checks need, in first-use order; a
+    replicate (``replicate_of``) is evaluated on its run's."""
+    parent = exp.run(run).replicate_of
+    return list(_own_samplers(exp, parent or run))
 
 
 def evaluated_runs(exp: Experiment) -> list[str]:
@@ -42,10 +86,13 @@ def evaluated_runs(exp: Experiment) -> list[str]:
 
 
 def seeds_of(exp: Experiment, run: str, sampler: str) -> tuple[int, ...]:
-    """Evaluation seeds of (run, sampler): all if any figure asks for all, else the first."""
+    """Evaluation seeds of (run, sampler): all if a figure asks for all or a trend check compares it
+    (its evaluation-seed spread is part of the check), else the first. A replicate uses its run's."""
+    run = exp.run(run).replicate_of or run
     seeds = exp.evaluation.seeds
-    wants_all = any(fig.seeds == "all" and run in fig.runs and sampler in fig.samplers
-                    for fig in exp.figures.values())
+    wants_all = (run, sampler) in trend_pairs(exp) or any(
+        fig.seeds == "all" and run in fig.runs and sampler in fig.samplers
+        for fig in exp.figures.values())
     return tuple(seeds) if wants_all else tuple(seeds[:1])
 
 

@@ -19,6 +19,7 @@ Every refusal is a ``ConfigError`` naming the key, the value and what is allowed
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import tempfile
@@ -113,6 +114,7 @@ def check_rules(exp: Experiment) -> None:
     for name, run in runs.items():
         _check_run(exp, name, run)
     _check_chains(runs)
+    _check_replicates(exp, runs)
     _check_seeds(exp.evaluation.seeds)
     for fid in exp.figures:
         _check_figure(exp, fid, runs)
@@ -225,6 +227,34 @@ def _check_chains(runs: dict[str, RunSettings]) -> None:
 
     for name in runs:
         visit(name, [])
+
+
+def _check_replicates(exp: Experiment, runs: dict[str, RunSettings]) -> None:
+    """A replicate differs from its run in the training seed only, so their spread is the seed's."""
+    for name, run in runs.items():
+        parent = run.replicate_of
+        if parent is None:
+            continue
+        key = f"runs.{name}.replicate_of"
+        if parent not in runs or parent == name or runs[parent].replicate_of is not None:
+            raise ConfigError(f"config key '{key}': got {parent!r}; allowed: another run that is not "
+                              "itself a replicate")
+        theirs = runs[parent]
+        if run.kind != "train" or theirs.kind != "train":
+            raise ConfigError(f"config key '{key}': '{name}' and '{parent}' must both be trained runs "
+                              "(kind train)")
+        if run.budget.seed == theirs.budget.seed:
+            raise ConfigError(f"config key 'runs.{name}.budget.seed': got {run.budget.seed}, the seed of "
+                              f"'{parent}'; allowed: another seed (a replicate differs by its seed)")
+        mine = dataclasses.replace(run, budget=dataclasses.replace(run.budget, seed=0),
+                                   paper_run=None, replicate_of=None)
+        same = dataclasses.replace(theirs, budget=dataclasses.replace(theirs.budget, seed=0),
+                                   paper_run=None, replicate_of=None)
+        if mine != same:
+            diff = [f.name for f in dataclasses.fields(RunSettings)
+                    if getattr(mine, f.name) != getattr(same, f.name)]
+            raise ConfigError(f"config key 'runs.{name}': a replicate of '{parent}' differs from it in "
+                              f"{', '.join(diff)}; allowed: budget.seed (and paper_run) only")
 
 
 def _check_seeds(seeds: Iterable[int]) -> None:

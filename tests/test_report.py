@@ -333,31 +333,17 @@ def test_review_banner_trends_and_unstated(setup):
     exp = setup["exp"]
     frame = load_rows(exp, all_pairs(exp), setup["aggregates"])
     comparisons = review.compare(frame, setup["points"])
-    trends = review.qualitative_trends(frame)
-    doc = review.build_review(comparisons, review.unmatched(setup["points"], comparisons), trends,
-                              "embedded", ["F5c γ not stated: we use 1.0"])
+    doc = review.build_review(comparisons, review.unmatched(setup["points"], comparisons),
+                              "TREND TABLE HERE\n", "embedded", ["F5c γ not stated: we use 1.0"])
     paths = review.write_review(doc, setup["tmp"] / "rev")
     md, html = (p.read_text() for p in paths)
     assert "NOT A REPLICATION" in md and "class='banner'" in html
     assert "F5c γ not stated: we use 1.0" in md
+    assert "## Trend checks" in md and "TREND TABLE HERE" in md and "<pre>TREND TABLE HERE" in html
     n, inside = len(comparisons), int(comparisons["within_se"].sum())
     assert f"Paper values compared: {n}; within combined SE: {inside}; outside: {n - inside}" in md
-    assert any(t.startswith("Does more SC-CFG lower Gen. PPL") and "observed (" in t
-               and "not observed" not in t for t in trends)
-    assert any("fewest steps compared (8)" in t and "observed (" in t for t in trends)
-    paper_doc = review.build_review(comparisons, comparisons.iloc[0:0], trends, "paper")
+    paper_doc = review.build_review(comparisons, comparisons.iloc[0:0], "", "paper")
     assert "NOT A REPLICATION" not in review.to_markdown(paper_doc)
-
-
-def test_trends_report_what_is_not_observed():
-    frame = pd.DataFrame({"run": ["a", "a"], "sampler": ["x", "y"], "method": ["ode", "ode"],
-                          "steps": [64, 64], "gamma": [0.0, 0.0], "grid": ["logit_normal"] * 2,
-                          "sc_cfg": [1.0, 3.0], "input_cfg": [1.0, 1.0], "gen_ppl": [50.0, 60.0],
-                          "entropy": [5.0, 4.0]})
-    trends = review.qualitative_trends(frame)
-    assert "Does more SC-CFG lower Gen. PPL (largest against smallest scale)? not observed " \
-           "(0 of 1)." in trends
-    assert any("lower entropy" in t and "observed (1 of 1)" in t for t in trends)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -161,6 +161,28 @@ def test_score_stage_reference_texts(scorer_dir, corpus, tmp_path):
     expected = gen_ppl(sentences(2, 12)[:5], model, tokenizer, progress=False)
     assert score["metrics"]["gen_ppl"] == pytest.approx(expected["gen_ppl"], rel=1e-6)
     assert score["metrics"]["gen_ppl"] < 300  # a trained scorer finds real text likely
+    assert "calibration" not in score
+
+
+def test_score_stage_rows_like_samples_and_calibration_lines(scorer_dir, tmp_path):
+    """With --tokenizer a packed dataset's rows are cut at their first EOS as samples are, and
+    shuffled and unigram text of the same rows score worse than the rows themselves."""
+    model, tokenizer = load_scorer(scorer_dir)
+    texts = sentences(2, 12)
+    eos = tokenizer.eos_token_id
+    ids = [tokenizer(t)["input_ids"] + [eos] + tokenizer("the moon")["input_ids"] for t in texts]
+    packed = tmp_path / "tokens"
+    datasets.DatasetDict({"test": datasets.Dataset.from_dict({"input_ids": ids})}).save_to_disk(str(packed))
+    out = tmp_path / "dataset.json"
+    assert main(["score", "--reference-texts", str(packed), "--n", "12", "--scorer", str(scorer_dir),
+                 "--tokenizer", str(scorer_dir), "--out", str(out), "--device", "cpu"]) == 0
+    score = read_json(out)
+    real = score["metrics"]["gen_ppl"]
+    cut = [tokenizer.decode(tokenizer(t)["input_ids"]) for t in texts]  # what follows the EOS is gone
+    assert real == pytest.approx(gen_ppl(cut, model, tokenizer, progress=False)["gen_ppl"], rel=1e-6)
+    assert set(score["calibration"]) == {"shuffled", "unigram"}
+    assert real < score["calibration"]["shuffled"]["gen_ppl"]
+    assert real < score["calibration"]["unigram"]["gen_ppl"]
 
 
 def test_score_stage_several_files_one_folder(scorer_dir, tmp_path):

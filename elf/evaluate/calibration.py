@@ -37,11 +37,16 @@ def unigram_rows(rows: Sequence[Sequence[int]], generator: torch.Generator) -> l
     return out
 
 
-def corrupt_texts(texts: Sequence[str], tokenizer, how: str, seed: int) -> list[str]:
-    """``texts`` tokenised (no special tokens), corrupted as ``how`` names, and decoded."""
+def corrupt_rows(rows: Sequence[Sequence[int]], how: str, seed: int) -> list[list[int]]:
+    """``rows`` of token ids corrupted as ``how`` names (``CORRUPTIONS``), from a generator seeded
+    with ``seed``."""
     if how not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {how!r}; expected one of {', '.join(CORRUPTIONS)}")
-    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     generator = torch.Generator().manual_seed(seed)
-    corrupted = shuffled_rows(rows, generator) if how == "shuffled" else unigram_rows(rows, generator)
-    return [tokenizer.decode(r, skip_special_tokens=True) for r in corrupted]
+    return shuffled_rows(rows, generator) if how == "shuffled" else unigram_rows(rows, generator)
+
+
+def corrupt_texts(texts: Sequence[str], tokenizer, how: str, seed: int) -> list[str]:
+    """``texts`` tokenised (no special tokens), corrupted (``corrupt_rows``) and decoded."""
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts] if texts else []
+    return [tokenizer.decode(r, skip_special_tokens=True) for r in corrupt_rows(rows, how, seed)]

@@ -98,6 +98,18 @@ def read_text_column(path: str | os.PathLike, splits: tuple[str, ...], n: int | 
     return list(loaded[column]), split
 
 
+def reference_rows(path: str, split: str, n: int, eos_id: int, pad_id: int) -> tuple[list[list[int]], str]:
+    """The first ``n`` rows of a packed dataset's ``input_ids``, each cut at its first EOS with the
+    padding dropped: what a sample of the same row would keep (``elf.flow.samplers.postprocess``)."""
+    ids, split = read_text_column(path, (split,), n, column="input_ids")
+    rows = []
+    for row in ids:
+        row = list(row)
+        kept = row[:row.index(eos_id)] if eos_id in row else row
+        rows.append([i for i in kept if i != pad_id])
+    return rows, split
+
+
 def texts_sha256(texts: list[str]) -> str:
     """sha256 of a list of texts (each UTF-8 encoded and NUL-terminated): names scored real text."""
     digest = hashlib.sha256()

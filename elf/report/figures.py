@@ -44,7 +44,8 @@ from elf.report.loading import (ALL_SAMPLER_COLUMNS, BILLION, SAMPLER_COLUMNS,  
 
 POOR_ENTROPY = 5.0   # paper: entropy < 5 is repetitive
 POOR_PPL = 300.0     # paper: Gen. PPL > 300 is ungrammatical
-DATASET_LINE_IDS = ("F5c", "F6", "F7a", "F7b", "F16a")  # figures with a "Dataset" reference
+# figures with the "Dataset" reference and the calibration lines (shuffled, unigram text)
+DATASET_LINE_IDS = ("F4", "F5a", "F5b", "F5c", "F6", "F7a", "F7b", "F16a")
 CSV_COLUMNS = ["panel", "series", "source", "run", "paper_run", "sampler", "method", "steps",
                "gamma", "grid", "sc_cfg", "input_cfg", "x_name", "x", "x_se", "y_name", "y",
                "y_se", "label", "paper_point", "aggregate_path"]
@@ -293,6 +294,23 @@ def draw_dataset(ax, rec: Recorder, panel: str, df: pd.DataFrame, scores: dict[s
         rec.add(panel=panel, series="Dataset", source="dataset", x_name="entropy",
                 x=entropy, y_name="gen_ppl", y=ppl, label=label,
                 aggregate_path=scores[dataset].get("path"))
+        for how, values in scores[dataset].get("calibration", {}).items():
+            draw_calibration(ax, rec, panel, how, values, scores[dataset].get("path"), frontier)
+
+
+def draw_calibration(ax, rec: Recorder, panel: str, how: str, metrics: dict, path: str | None,
+                     frontier: bool) -> None:
+    """A calibration line: held-out text with its tokens shuffled, or unigram draws. A model at or
+    above it has learned the corpus's words but not their order."""
+    ppl, entropy = finite(metrics.get("gen_ppl")), finite(metrics.get("entropy"))
+    if not math.isfinite(ppl):
+        return
+    label = f"{how} text (no order)" + (f", H={entropy:.2f}" if math.isfinite(entropy) else "")
+    ax.axhline(ppl, color="0.55", linestyle=":", linewidth=1, label=label)
+    if frontier and math.isfinite(entropy):
+        ax.plot([entropy], [ppl], marker="x", markersize=7, color="0.55", linestyle="none")
+    rec.add(panel=panel, series=f"calibration: {how}", source="calibration", x_name="entropy",
+            x=entropy, y_name="gen_ppl", y=ppl, label=label, aggregate_path=path)
 
 
 def finish(ax, x_name: str, y_name: str, x_is_entropy: bool, legend: bool = True) -> None:
@@ -436,17 +454,17 @@ def draw_reference(ax, rec: Recorder, reference: pd.DataFrame) -> None:
 
 def figure_F4(inputs: FigureInputs):
     """SC-CFG sweep of ELF-B, 64-step ODE (paper Fig. 4; paper points = T10 ODE ELF-B)."""
-    return frontier(inputs, label_by="model_size")
+    return frontier(inputs, label_by="model_size", dataset_line=True)
 
 
 def figure_F5a(inputs: FigureInputs):
     """Embedding choices, 64-step ODE frontiers (paper Fig. 5a)."""
-    return frontier(inputs, label_by="embedding")
+    return frontier(inputs, label_by="embedding", dataset_line=True)
 
 
 def figure_F5b(inputs: FigureInputs):
     """Shared-weight against separate denoiser/decoder (paper Fig. 5b)."""
-    return frontier(inputs, label_by="decode_head")
+    return frontier(inputs, label_by="decode_head", dataset_line=True)
 
 
 def figure_F5c(inputs: FigureInputs):

@@ -5,7 +5,8 @@ Reads (never writes):
 - the aggregate of each (run, sampler) in its evaluation folder under ``<evals_root>`` (made by the
   ``evaluate`` rule, ``elf evaluate``; ``elf.plan.aggregate_path`` gives the path):
   ``{"provenance", "run", "sampler", "metrics": {name: {"mean", "se", "n", "per_seed"}}}``;
-- ``<dataset_scores_root>/<dataset>.json``: Gen. PPL / entropy of held-out real text ("Dataset" line);
+- ``<dataset_scores_root>/<dataset>.json``: Gen. PPL / entropy of held-out real text ("Dataset" line)
+  and, under ``calibration``, of the same rows shuffled and of unigram draws (calibration lines);
 - ``config/paper_values.yaml``: the paper's values (flattened by ``paper_points``);
 - ``<runs_root>/<run>/config.json`` (every run's checkpoint metadata) and ``tokens.json``
   (distillation rounds, ``elf distill``): for the ids in ``RUN_METADATA_IDS`` (``load_runs_meta``);
@@ -232,10 +233,16 @@ def load_dataset_scores(root: str | Path | None, datasets: Iterable[str]) -> dic
             raise MissingInputError(f"missing dataset reference scores {path}; they are made by "
                                     f"{DATASET_SCORE_RULE}")
         data = read_json(path)
-        metrics = {k: _number(v) for k, v in data.get("metrics", {}).items()}
-        scores[name] = {"metrics": {k: v for k, v in metrics.items() if math.isfinite(v)},
+        scores[name] = {"metrics": _finite_metrics(data.get("metrics", {})),
+                        "calibration": {how: _finite_metrics(values) for how, values
+                                        in data.get("calibration", {}).items()},
                         "path": str(path), "sha256": sha256_file(path)}
     return scores
+
+
+def _finite_metrics(metrics: dict) -> dict[str, float]:
+    numbers = {k: _number(v) for k, v in metrics.items()}
+    return {k: v for k, v in numbers.items() if math.isfinite(v)}
 
 
 def reported_se(row: pd.Series | dict, metric: str, prefer: str = "seeds") -> float:

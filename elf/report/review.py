@@ -115,116 +115,6 @@ def unmatched(points: pd.DataFrame, comparisons: pd.DataFrame) -> pd.DataFrame:
 
 
 # --------------------------------------------------------------------------------------------------
-# Qualitative trends (stated as observed, never forced)
-# --------------------------------------------------------------------------------------------------
-
-def _sweeps(frame: pd.DataFrame, vary: str, keys: list[str]) -> list[pd.DataFrame]:
-    """Groups of unconditional rows equal in ``keys`` with ≥ 2 values of ``vary``."""
-    if frame.empty or "gen_ppl" not in frame.columns:
-        return []
-    rows = frame[frame["gen_ppl"].notna()].copy()
-    rows["gamma_key"] = rows["gamma"].where(rows["method"] == "sde", 0.0)
-    groups = []
-    for _, group in rows.groupby(keys, sort=False, dropna=False):
-        if group[vary].nunique() >= 2:
-            groups.append(group.sort_values(vary))
-    return groups
-
-
-def _verdict(hits: int, total: int) -> str:
-    if total == 0:
-        return "no data"
-    if hits == total:
-        return f"observed ({hits} of {total})"
-    if hits == 0:
-        return f"not observed (0 of {total})"
-    return f"mixed ({hits} of {total})"
-
-
-def _endpoints(group: pd.DataFrame, metric: str) -> tuple[float, float]:
-    """The metric at the smallest and at the largest value of the swept setting."""
-    return float(group[metric].iloc[0]), float(group[metric].iloc[-1])
-
-
-def _sweep_trend(frame: pd.DataFrame, vary: str, keys: list[str], question: str,
-                 metrics: tuple[str, ...], fmt_vary) -> list[str]:
-    groups = _sweeps(frame, vary, keys)
-    lines = []
-    for metric in metrics:
-        usable = [g for g in groups if metric in g.columns and g[metric].notna().all()]
-        hits = sum(_endpoints(g, metric)[1] < _endpoints(g, metric)[0] for g in usable)
-        lines.append(f"{question.format(metric=METRIC_NAMES.get(metric, metric))} "
-                     f"{_verdict(hits, len(usable))}.")
-    for group in groups:
-        first = group.iloc[0]
-        detail = ", ".join(
-            f"{METRIC_NAMES.get(m, m)} {group[m].iloc[0]:.2f}→{group[m].iloc[-1]:.2f}"
-            for m in metrics if m in group.columns and group[m].notna().all())
-        lines.append(f"  - {first['run']} ({_group_text(first, vary)}): {fmt_vary(group[vary].iloc[0])}"
-                     f"→{fmt_vary(group[vary].iloc[-1])}: {detail}")
-    return lines
-
-
-METRIC_NAMES = {"gen_ppl": "Gen. PPL", "entropy": "entropy"}
-
-
-def _group_text(row: pd.Series, vary: str) -> str:
-    parts = []
-    if vary != "method":
-        parts.append(str(row["method"]).upper())
-    if vary != "steps":
-        parts.append(_steps_text(row["steps"]))
-    if row["method"] == "sde" and vary != "gamma":
-        parts.append(f"γ={float(row['gamma']):g}")
-    if vary != "sc_cfg":
-        parts.append(f"SC-CFG {float(row['sc_cfg']):g}")
-    if row.get("grid") == "uniform":
-        parts.append("uniform grid")
-    return ", ".join(parts)
-
-
-def sde_vs_ode(frame: pd.DataFrame) -> list[str]:
-    """Does SDE reach a lower Gen. PPL than ODE at the fewest steps where both were run?"""
-    if frame.empty or "gen_ppl" not in frame.columns:
-        return ["SDE against ODE at few steps: no data."]
-    rows = frame[frame["gen_ppl"].notna()]
-    keys = ["run", "steps", "grid", "sc_cfg", "input_cfg"]
-    pairs = []
-    for key, group in rows.groupby(keys, sort=False, dropna=False):
-        ode, sde = group[group["method"] == "ode"], group[group["method"] == "sde"]
-        for _, s in sde.iterrows():
-            if not ode.empty:
-                pairs.append((ode.iloc[0], s))
-    if not pairs:
-        return ["SDE against ODE at few steps: no data (no run has both at equal settings)."]
-    fewest = min(int(o["steps"]) for o, _ in pairs)
-    few = [(o, s) for o, s in pairs if int(o["steps"]) == fewest]
-    hits = sum(float(s["gen_ppl"]) < float(o["gen_ppl"]) for o, s in few)
-    lines = [f"Does SDE give a lower Gen. PPL than ODE at the fewest steps compared ({fewest})? "
-             f"{_verdict(hits, len(few))}."]
-    all_hits = sum(float(s["gen_ppl"]) < float(o["gen_ppl"]) for o, s in pairs)
-    lines.append(f"Across all step counts with both samplers: {_verdict(all_hits, len(pairs))}.")
-    for o, s in pairs:
-        lines.append(f"  - {o['run']} ({_steps_text(o['steps'])}, SC-CFG {float(o['sc_cfg']):g}): "
-                     f"ODE {float(o['gen_ppl']):.2f} vs SDE γ={float(s['gamma']):g} "
-                     f"{float(s['gen_ppl']):.2f}")
-    return lines
-
-
-def qualitative_trends(frame: pd.DataFrame) -> list[str]:
-    """Plain-language observations from our numbers (each says whether the trend is observed)."""
-    base = ["run", "grid", "input_cfg"]
-    lines = _sweep_trend(frame, "sc_cfg", base + ["method", "steps", "gamma_key"],
-                         "Does more SC-CFG lower {metric} (largest against smallest scale)?",
-                         ("gen_ppl", "entropy"), lambda v: f"SC-CFG {v:g}")
-    lines += _sweep_trend(frame, "steps", base + ["method", "gamma_key", "sc_cfg"],
-                          "Do more steps lower {metric} (most against fewest steps)?",
-                          ("gen_ppl",), _steps_text)
-    lines += sde_vs_ode(frame)
-    return lines
-
-
-# --------------------------------------------------------------------------------------------------
 # Configuration and arithmetic checks (T6, T7, T8): settings and token counts, not measurements
 # --------------------------------------------------------------------------------------------------
 
@@ -314,11 +204,20 @@ def configuration_checks(runs_meta_by_id: dict[str, dict[str, dict]],
 
 @dataclass
 class Document:
-    """A review as blocks: ("h1"|"h2"|"p"|"banner", text), ("ul", [items]), ("table", header, rows)."""
+    """A review as blocks: ("h1"|"h2"|"p"|"banner"|"md", text), ("ul", [items]), ("table", header,
+    rows); "md" is Markdown written as it is (the HTML shows it preformatted)."""
     blocks: list[tuple] = field(default_factory=list)
 
     def add(self, *block: Any) -> None:
         self.blocks.append(block)
+
+
+TREND_RULE = ("Each claim compares one metric of two (run, sampler) pairs, Δ = lower − higher. "
+              "It holds when Δ (the mean over training seeds) is below −2 × the larger of its "
+              "evaluation-seed SE and its training-seed SE (the run and its `replicate_of` "
+              "replicates) and every training seed agrees in sign; it does not hold when the same is "
+              "true with the signs reversed; otherwise it is not resolved at this scale "
+              "(elf/report/trends.py).")
 
 
 def _num(value: Any, digits: int = 2) -> str:
@@ -329,13 +228,14 @@ def _num(value: Any, digits: int = 2) -> str:
     return f"{value:.{digits}f}" if math.isfinite(value) else "–"
 
 
-def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: list[str],
+def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: str,
                  scale: str, unstated_settings: Iterable[str] = (),
                  baseline_count: int = 0, config_checks: pd.DataFrame | None = None,
                  data: Iterable[str] = ()) -> Document:
     """Lay out the replication review (see module docstring); ``config_checks``: the rows of
     ``configuration_checks`` (a section of their own, apart from the measured comparisons);
-    ``data``: a line per dataset (``loading.dataset_layout``): origin, revisions, layout."""
+    ``data``: a line per dataset (``loading.dataset_layout``): origin, revisions, layout;
+    ``trends``: the trend checks and training-seed spread as Markdown (``elf.report.trends``)."""
     checks = config_checks if config_checks is not None else pd.DataFrame(columns=CHECK_COLUMNS)
     same = int((checks["same"] == "yes").sum())
     doc = Document()
@@ -392,8 +292,9 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: l
     else:
         counts = not_matched.groupby(["src", "paper_run"], sort=False).size()
         doc.add("ul", [f"{src} / {run}: {count} values" for (src, run), count in counts.items()])
-    doc.add("h2", "Qualitative trends (observed in our numbers)")
-    doc.add("ul", list(trends) or ["No unconditional sweeps to compare."])
+    doc.add("h2", "Trend checks: the paper's claims on our numbers")
+    doc.add("p", TREND_RULE)
+    doc.add("md", trends)
     doc.add("h2", "Settings not stated in the paper")
     doc.add("ul", list(unstated_settings) or ["(none supplied)"])
     return doc
@@ -410,6 +311,8 @@ def to_markdown(doc: Document) -> str:
             out += [body[0], ""]
         elif kind == "banner":
             out += [f"> **⚠ NOT A REPLICATION.** {body[0]}", ""]
+        elif kind == "md":
+            out += [body[0].rstrip(), ""]
         elif kind == "ul":
             out += [item if item.startswith("  - ") else f"- {item}" for item in body[0]] + [""]
         elif kind == "table":
@@ -440,6 +343,8 @@ def to_html(doc: Document) -> str:
         elif kind == "banner":
             out.append(f"<div class='banner'><strong>⚠ NOT A REPLICATION.</strong> "
                        f"{esc(body[0])}</div>")
+        elif kind == "md":
+            out.append(f"<pre>{esc(body[0])}</pre>")
         elif kind == "ul":
             out.append("<ul>" + "".join(f"<li>{esc(i.strip().removeprefix('- '))}</li>"
                                         for i in body[0]) + "</ul>")

@@ -30,11 +30,12 @@ from pathlib import Path
 import yaml
 from tqdm import tqdm
 
+from elf import plan
 from elf.cli import ElfError
 from elf.config import ConfigError, Experiment, parse_experiment
 from elf.io import read_json, sha256_file, write_json
 from elf.report import figures as figures_mod
-from elf.report import manifest, review, tables
+from elf.report import manifest, review, tables, trends
 from elf.report.loading import (RUN_METADATA_IDS, MissingInputError, all_pairs, dataset_layout,
                                 figure_frame, figure_pairs, ids_of_pair, load_dataset_scores,
                                 load_paper_values, load_rows, load_runs_meta, metadata_entries,
@@ -167,12 +168,20 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
     checks = review.configuration_checks(
         {i: runs_meta_of(exp, i, args) for i in ids if i in review.CHECKED_IDS}, paper_values)
     doc = review.build_review(comparisons, review.unmatched(points, comparisons),
-                              review.qualitative_trends(frame), exp.scale,
+                              trends_section(exp, args), exp.scale,
                               list(exp.unstated) + load_unstated(args.unstated_settings),
                               baseline_count=int(points["paper_run"].isna().sum()),
                               config_checks=checks,
                               data=[dataset_layout(exp, name) for name in exp.datasets])
     return review.write_review(doc, out)
+
+
+def trends_section(exp: Experiment, args) -> str:
+    """The trend checks and the training-seed spread (elf/report/trends.py), as Markdown."""
+    frame = load_rows(exp, plan.review_pairs(exp), _need_evals(args), "trend checks")
+    text = trends.trends_markdown(trends.check_trends(frame, exp))
+    spread = trends.seed_spread_markdown(frame, exp)
+    return text + (f"\n### Training-seed spread\n\n{spread}" if spread else "")
 
 
 def write_manifest(exp: Experiment, ids: list[str], args, out: Path) -> Path:

@@ -22,13 +22,16 @@ Several samples files (the seeds of one run and sampler) share one process and o
 
 ``--reference-texts`` scores real text instead — the figures' "Dataset" line: a ``datasets`` folder
 (column ``text``, split ``--split``, default test; first ``--n`` rows) or a JSONL file of ``text`` rows.
-Documents are cut at the same ``--max-length`` as samples; pass the samples' length in scorer tokens
-there to make the line comparable (unigram entropy grows with length).
+With ``--tokenizer`` (a packed dataset's, as the DAG runs it) the rows' ``input_ids`` are cut at their
+first EOS and decoded exactly as samples are, so the line compares like with like (unigram entropy
+grows with length, and a sample ends at its first EOS), and the output's ``calibration`` holds the
+same metrics for those rows with their tokens shuffled and for i.i.d. unigram tokens: text with the
+corpus's words but no order. Documents are cut at the same ``--max-length`` as samples.
 
     elf score --samples results/samples/owt-b/ode64/seed0.jsonl --task unconditional \
         --scorer results/scorer --out results/scores/owt-b/ode64/seed0.json
-    elf score --reference-texts results/data/owt --n 1000 --scorer results/scorer \
-        --out results/scores/dataset.json
+    elf score --reference-texts results/data/owt/tokens --n 1000 --scorer results/scorer \
+        --tokenizer results/models/tokenizer --out results/scores/_dataset/owt.json
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
 from elf.config import PRECISIONS
-from elf.evaluate.samples import SamplesFormatError, read_samples, read_text_column, texts_sha256
+from elf.evaluate.samples import (SamplesFormatError, read_samples, read_text_column, reference_rows,
+                                  texts_sha256)
 from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
@@ -69,6 +73,10 @@ def register(subparsers) -> None:
                         "bf16, as the released scorer does")
     parser.add_argument("--n", type=int, default=1000, help="--reference-texts: rows scored")
     parser.add_argument("--split", default="test", help="--reference-texts: dataset split")
+    parser.add_argument("--tokenizer", help="--reference-texts of a packed dataset: its tokenizer. "
+                        "The rows' token ids are then cut at the first EOS and decoded exactly as "
+                        "samples are, and the calibration lines are scored too: the same rows with "
+                        "their tokens shuffled, and i.i.d. unigram tokens (elf/evaluate/calibration.py)")
     parser.set_defaults(func=run)
 
 
@@ -216,19 +224,48 @@ def score_record(path: str, samples_header: dict, rows: list[dict], args, scorer
 
 
 def run_reference(args) -> None:
-    """Score real held-out text (the figures' "Dataset" line) in the same output format."""
+    """Score real held-out text (the figures' "Dataset" line) in the same output format; with
+    ``--tokenizer``, its rows post-processed as samples are, and the calibration lines."""
     if args.task != "unconditional":
         raise ElfError("--reference-texts scores Gen. PPL and entropy: use --task unconditional")
+    tokenizer, rows = None, None
     try:
-        texts, split = read_text_column(args.reference_texts, (args.split,), args.n)
+        if args.tokenizer:
+            tokenizer = load_tokenizer_or_fail(args.tokenizer)
+            rows, split = reference_rows(args.reference_texts, args.split, args.n, tokenizer.eos_token_id,
+                                         tokenizer.pad_token_id)
+            texts = [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
+        else:
+            texts, split = read_text_column(args.reference_texts, (args.split,), args.n)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--reference-texts: {err}") from err
     if not texts:
         raise ElfError(f"--reference-texts {args.reference_texts}: no rows to score")
-    metrics, settings, scorer_fields, _ = unconditional_metrics(texts, args,
-                                                                load_unconditional_scorer(args))
+    scorer = load_unconditional_scorer(args)
+    metrics, settings, scorer_fields, _ = unconditional_metrics(texts, args, scorer)
     data = {"kind": "reference_texts", "dataset": str(args.reference_texts), "split": split,
-            "n": len(texts), "texts_sha256": texts_sha256(texts)}
+            "n": len(texts), "texts_sha256": texts_sha256(texts),
+            "rows": "token ids cut at the first EOS, as samples" if rows else "text column"}
     record = provenance(reference_texts=data, task=args.task, metrics_settings=settings, **scorer_fields)
-    write_json(args.out, {"provenance": record, "samples_provenance": data,
-                          "metrics": finite_or_none(metrics)})
+    result = {"provenance": record, "samples_provenance": data, "metrics": finite_or_none(metrics)}
+    if rows is not None:
+        result["calibration"] = calibration_metrics(rows, tokenizer, args, scorer)
+    write_json(args.out, result)
+
+
+def load_tokenizer_or_fail(name: str):
+    from elf.data.tokenizer import load_tokenizer
+
+    try:
+        return load_tokenizer(name)
+    except (OSError, ValueError) as err:
+        raise ElfError(f"--tokenizer {name}: cannot load ({err})") from err
+
+
+def calibration_metrics(rows: list[list[int]], tokenizer, args, scorer) -> dict:
+    """Gen. PPL and entropy of ``rows`` with their tokens shuffled, and of unigram draws (seed 0)."""
+    from elf.evaluate.calibration import CORRUPTIONS, corrupt_rows
+
+    def texts(how):
+        return [tokenizer.decode(r, skip_special_tokens=True) for r in corrupt_rows(rows, how, seed=0)]
+    return {how: finite_or_none(unconditional_metrics(texts(how), args, scorer)[0]) for how in CORRUPTIONS}

@@ -68,14 +68,15 @@ rule table:
 
 
 rule review:
-    """The replication review: every paper value beside ours, with provenance."""
+    """The replication review: every paper value beside ours, with provenance; the trend checks on
+    the run and its training-seed replicates."""
     conda:
         ENV
     input:
-        code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
+        code("report", "stages/distill.py", "model.py", "plan.py"),  # token arithmetic, parameter counts
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
-        [evals_for(fid) for fid in EXP.figures],
+        plan.eval_dirs_of(f"{R}/evals", EXP, plan.review_pairs(EXP)),
         [run_metadata_for(fid) for fid in EXP.figures],
         [rendered(fid) for fid in EXP.figures],
     output:

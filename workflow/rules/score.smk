@@ -2,11 +2,14 @@
 
 
 rule score_dataset:
-    """The figures' "Dataset" line: the same Gen. PPL and entropy on real held-out text."""
+    """The figures' "Dataset" line: the same Gen. PPL and entropy on real held-out rows, cut at their
+    first EOS as samples are, and the calibration lines of the same rows shuffled and of unigram
+    draws (order learned or not)."""
     conda:
         ENV
     input:
-        code("evaluate", "precision.py", "stages/score.py"),
+        code("evaluate", "precision.py", "stages/score.py", "data/tokenizer.py"),
+        tok=tokenizer_input,
         tokens=f"{R}/data/{{dataset}}/tokens",
         scorer=SCORER,
     output:
@@ -14,8 +17,10 @@ rule score_dataset:
     params:
         n=EXP.evaluation.n_samples,
         precision=EXP.precision,
+        tokenizer=TOKENIZER,
     log:
         f"{R}/logs/score/_dataset/{{dataset}}.log",
     shell:
         "elf score --reference-texts {input.tokens} --split test --n {params.n} "
-        "--scorer {input.scorer} --precision {params.precision} --out {output} 2> {log}"
+        "--scorer {input.scorer} --precision {params.precision} --tokenizer {params.tokenizer} "
+        "--out {output} 2> {log}"

@@ -1,0 +1,138 @@
+"""Trend checks (elf/report/trends.py): the verdict from both spreads, computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from elf import plan
+from elf.config import ConfigError, parse_experiment
+from elf.report.trends import FAILS, HOLDS, UNRESOLVED, check_trends, seed_spread_markdown, trends_markdown
+
+
+def config(replicates: int = 2) -> dict:
+    runs = {"base": {}, "student": {}}
+    runs |= {f"base_s{k}": {"replicate_of": "base", "budget": {"seed": 100 + k}} for k in range(replicates)}
+    return {
+        "datasets": {"owt": {"task": "unconditional", "source": "embedded", "name": "owt", "max_length": 8}},
+        "embeddings": {"encoder": {"kind": "encoder", "encoder": "main"}},
+        "encoders": {"main": {"source": "build"}},
+        "run_defaults": {"dataset": "owt"},
+        "runs": runs,
+        "samplers": {"few": {"method": "ode", "steps": 2}, "many": {"method": "ode", "steps": 8}},
+        "evaluation": {"seeds": [0, 1, 2]},
+        "figures": {"F5c": {"kind": "figure", "title": "t", "runs": ["base"], "samplers": ["few"]}},
+        "trends": {"steps": {"claim": "more steps lower Gen. PPL", "lower": {"run": "base", "sampler": "many"},
+                             "higher": {"run": "base", "sampler": "few"}},
+                   "pd": {"claim": "student below teacher", "lower": {"run": "student", "sampler": "few"},
+                          "higher": {"run": "base", "sampler": "few"}}},
+    }
+
+
+def frame(values: dict[tuple[str, str], tuple[float, float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"run": r, "sampler": s, "gen_ppl": v, "gen_ppl_se": se}
+                         for (r, s), (v, se) in values.items()])
+
+
+def results(values, replicates=2):
+    exp = parse_experiment(config(replicates))
+    return {r.name: r for r in check_trends(frame(values), exp)}, exp
+
+
+def test_paired_check_holds_when_every_training_seed_agrees_beyond_both_spreads():
+    values = {("base", "many"): (30.0, 1.0), ("base", "few"): (40.0, 1.0),
+              ("base_s0", "many"): (31.0, 1.0), ("base_s0", "few"): (42.0, 1.0),
+              ("base_s1", "many"): (29.0, 1.0), ("base_s1", "few"): (41.0, 1.0),
+              ("student", "few"): (35.0, 1.0)}
+    got, _ = results(values)
+    r = got["steps"]
+    assert r.per_seed == (-10.0, -11.0, -12.0) and r.delta == pytest.approx(-11.0)
+    assert r.eval_se == pytest.approx(math.sqrt(3 / 9 + 3 / 9))      # mean of 3 seeds each side
+    assert r.train_se == pytest.approx(1.0 / math.sqrt(3))          # SD(−10, −11, −12) = 1
+    assert r.training_seeds == 3 and r.verdict == HOLDS
+
+
+def test_paired_check_is_not_resolved_when_a_seed_disagrees_or_the_margin_is_not_met():
+    base = {("base", "many"): (30.0, 1.0), ("base", "few"): (40.0, 1.0),
+            ("base_s0", "many"): (31.0, 1.0), ("base_s0", "few"): (42.0, 1.0),
+            ("base_s1", "many"): (44.0, 1.0), ("base_s1", "few"): (41.0, 1.0),
+            ("student", "few"): (35.0, 1.0)}
+    got, _ = results(base)
+    assert got["steps"].per_seed[2] > 0 and got["steps"].verdict == UNRESOLVED
+    # every seed agrees (Δ_k = −3) but the evaluation spread is wide: margin 2·√(3·9/9 + 3·9/9) ≈ 4.9
+    agree = {("base", "many"): (37.0, 3.0), ("base", "few"): (40.0, 3.0),
+             ("base_s0", "many"): (39.0, 3.0), ("base_s0", "few"): (42.0, 3.0),
+             ("base_s1", "many"): (38.0, 3.0), ("base_s1", "few"): (41.0, 3.0),
+             ("student", "few"): (35.0, 1.0)}
+    got, _ = results(agree)
+    assert got["steps"].per_seed == (-3.0, -3.0, -3.0) and got["steps"].eval_se == pytest.approx(6 ** 0.5)
+    assert got["steps"].verdict == UNRESOLVED
+
+
+def test_reversed_difference_does_not_hold():
+    values = {("base", "many"): (50.0, 0.5), ("base", "few"): (40.0, 0.5),
+              ("base_s0", "many"): (52.0, 0.5), ("base_s0", "few"): (41.0, 0.5),
+              ("base_s1", "many"): (51.0, 0.5), ("base_s1", "few"): (40.0, 0.5),
+              ("student", "few"): (35.0, 0.5)}
+    got, _ = results(values)
+    assert got["steps"].verdict == FAILS
+
+
+def test_unpaired_check_adds_the_replicated_sides_training_spread():
+    values = {("base", "few"): (40.0, 1.0), ("base_s0", "few"): (42.0, 1.0), ("base_s1", "few"): (44.0, 1.0),
+              ("student", "few"): (30.0, 2.0), ("base", "many"): (1.0, 0.0), ("base_s0", "many"): (1.0, 0.0),
+              ("base_s1", "many"): (1.0, 0.0)}
+    got, _ = results(values)
+    r = got["pd"]
+    assert r.delta == pytest.approx(30.0 - 42.0) and r.per_seed == ()
+    assert r.eval_se == pytest.approx(math.sqrt(4.0 + 3 / 9))
+    assert r.train_se == pytest.approx(2.0 / math.sqrt(3))           # base: SD(40, 42, 44) = 2
+    assert r.verdict == HOLDS and "trained once: student" in r.note
+
+
+def test_without_replicates_the_evaluation_spread_alone_decides_and_says_so():
+    values = {("base", "many"): (30.0, 1.0), ("base", "few"): (33.0, 1.0), ("student", "few"): (1, 0)}
+    got, _ = results(values, replicates=0)
+    r = got["steps"]
+    assert math.isnan(r.train_se) and r.verdict == HOLDS and "training spread not measured" in r.note
+    values[("base", "few")] = (32.0, 1.0)                           # Δ = −2 < 2·√2 ≈ 2.83
+    assert results(values, replicates=0)[0]["steps"].verdict == UNRESOLVED
+
+
+def test_missing_numbers_are_not_resolved_and_the_markdown_counts_verdicts():
+    got, exp = results({("base", "many"): (30.0, 1.0)}, replicates=0)
+    assert got["steps"].verdict == UNRESOLVED and got["steps"].note == "no data"
+    text = trends_markdown(list(got.values()))
+    assert text.startswith("0 of 2 checks resolve") and "| more steps lower Gen. PPL |" in text
+
+
+def test_replicates_are_evaluated_on_their_runs_samplers_and_spread_is_tabulated():
+    exp = parse_experiment(config())
+    assert plan.run_samplers(exp, "base_s0") == plan.run_samplers(exp, "base") == ["few", "many"]
+    assert plan.seeds_of(exp, "base_s1", "many") == (0, 1, 2)       # a trend pair: every seed
+    assert ("base_s1", "many") in plan.review_pairs(exp)
+    values = {(r, s): (10.0 + i, 0.5) for i, (r, s) in enumerate(plan.review_pairs(exp))}
+    text = seed_spread_markdown(frame(values), exp, metrics=("gen_ppl",))
+    assert "Training seeds of `base`: base (seed 42), base_s0 (seed 100), base_s1 (seed 101)" in text
+    assert "| few | gen_ppl |" in text and "| many | gen_ppl |" in text
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"replicate_of": "nope"}, "another run"),
+    ({"replicate_of": "base", "budget": {"seed": 42}}, "another seed"),
+    ({"replicate_of": "base", "budget": {"seed": 7}, "model": {"bottleneck": 8}}, "differs from it in model"),
+])
+def test_bad_replicates_are_refused(change, words):
+    cfg = config(0)
+    cfg["runs"]["bad"] = change
+    with pytest.raises(ConfigError, match=words):
+        parse_experiment(cfg)
+
+
+def test_a_trend_naming_an_unknown_pair_is_refused():
+    cfg = config(0)
+    cfg["trends"]["steps"]["lower"]["sampler"] = "nope"
+    with pytest.raises(ConfigError, match="trends.steps.lower.sampler"):
+        parse_experiment(cfg)
