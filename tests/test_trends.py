@@ -89,7 +89,7 @@ def test_unpaired_check_adds_the_replicated_sides_training_spread():
     assert r.delta == pytest.approx(30.0 - 42.0) and r.per_seed == ()
     assert r.eval_se == pytest.approx(math.sqrt(4.0 + 3 / 9))
     assert r.train_se == pytest.approx(2.0 / math.sqrt(3))           # base: SD(40, 42, 44) = 2
-    assert r.verdict == HOLDS and "trained once: student" in r.note
+    assert r.verdict == HOLDS and "student trained once" in r.note
 
 
 def test_without_replicates_the_evaluation_spread_alone_decides_and_says_so():

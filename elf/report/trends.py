@@ -102,9 +102,9 @@ def check_trend(name: str, trend, frame: pd.DataFrame, exp: Experiment) -> Trend
 
 def _note(paired: bool, l_means, h_means, trend) -> str:
     if paired:
-        return "" if len(l_means) > 1 else "training seeds: 1 (training spread not measured)"
+        return "" if len(l_means) > 1 else "one training seed: training spread not measured"
     once = [ref.run for ref, m in ((trend.lower, l_means), (trend.higher, h_means)) if len(m) == 1]
-    return f"trained once: {', '.join(once)} (its training spread not measured)" if once else ""
+    return f"{', '.join(once)} trained once: its training spread not measured" if once else ""
 
 
 def check_trends(frame: pd.DataFrame, exp: Experiment) -> list[TrendResult]:
