@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_RULES = {"embed", "embed_shard", "train", "distill", "decoder", "sample", "trajectory", "score",
+GPU_RULES = {"embed", "embed_shard", "train", "distill", "decoder", "evaluate", "trajectory",
              "score_dataset"}
 CPU_RULES = {"corpora", "tokenizer", "prepare", "embed_gather", "encoder", "scorer", "figure", "table",
              "review", "manifest", "released"}
@@ -126,14 +126,15 @@ def test_the_paper_plan_has_the_six_released_runs_in_their_tables(paper_dry_run)
         assert f"elf release --source embedded-language-flows/{repo} " in released[run]["shell"]
     for table, runs in RELEASED_IN.items():
         assert runs <= set(paper["figures"][table]["runs"]), table
-    sampled = {(j["wildcards"]["run"], j["wildcards"]["sampler"]): j for j in jobs if j["rule"] == "sample"}
+    # the paper config evaluates one (run, sampler) per job (evaluation.group_by: sampler)
+    sampled = {(j["wildcards"]["run"], j["wildcards"]["group"]): j for j in jobs if j["rule"] == "evaluate"}
     for table, runs in RELEASED_IN.items():
         for run in runs:
             assert {s for r, s in sampled if r == run} >= set(paper["figures"][table]["samplers"]), run
     # conditional runs are sampled on the validation split of the authors' sets as well as on test
     for split, sampler in (("validation", "cond_cfg2_val"), ("test", "cond_cfg2")):
         shell = sampled[("R05_released", sampler)]["shell"]
-        assert f"--split {split}" in shell and f"embeddings/xsum/encoder/{split}.zarr" in shell
+        assert f'"split":"{split}"' in shell and "--eval-data" in shell and "embeddings/xsum/encoder" in shell
 
 
 def test_the_paper_plan_reads_the_authors_datasets_and_downloads_nothing(paper_dry_run, dry_run_dir):
@@ -180,7 +181,10 @@ def test_training_uses_every_gpu_of_a_node_through_torchrun(paper_dry_run):
         assert int(job["resources"]["gpu"]) == gpus
         assert int(job["resources"]["cpus_per_task"]) == DEFAULT_SHAPE["cpus"]
         assert int(job["resources"]["mem_mb"]) == per_gpu_mem * gpus
-        assert job["shell"].startswith(f"torchrun --standalone --nproc_per_node={gpus} -m elf train ")
+        # each torchrun process gets its GPU's share of the node's cores as torch threads
+        threads = DEFAULT_SHAPE["cpus"] // gpus
+        assert job["shell"].startswith(f"OMP_NUM_THREADS={threads} torchrun --standalone "
+                                       f"--nproc_per_node={gpus} -m elf train ")
 
 
 def test_big_train_splits_are_scattered_over_one_gpu_jobs_then_gathered(paper_dry_run):
@@ -216,11 +220,12 @@ def test_big_train_splits_are_scattered_over_one_gpu_jobs_then_gathered(paper_dr
         assert re.search(r"--work (\S+\.zarr)\.partial --out \1 ", job["shell"])
 
 
-def test_sampling_and_scoring_take_one_gpu_per_job(paper_dry_run):
+def test_evaluation_takes_one_gpu_per_job(paper_dry_run):
     jobs = dry_run_jobs(paper_dry_run)
-    for rule in ("sample", "score"):
-        selected = [j for j in jobs if j["rule"] == rule]
-        assert selected and all(int(j["resources"]["gpu"]) == 1 for j in selected)
+    selected = [j for j in jobs if j["rule"] == "evaluate"]
+    assert selected and all(int(j["resources"]["gpu"]) == 1 for j in selected)
+    assert all(j["shell"].startswith(f"OMP_NUM_THREADS={DEFAULT_SHAPE['cpus'] // DEFAULT_SHAPE['gpus']} "
+                                     "elf evaluate ") for j in selected)
 
 
 def test_cluster_values_come_from_one_place():
@@ -237,7 +242,7 @@ def test_cluster_values_come_from_one_place():
     assert rules["train"]["gpu"] == "8" and rules["distill"]["gpu"] == "8"
     assert rules["train"]["cpus_per_task"] == str(96 // 8 * 8)
     assert rules["train"]["mem_mb"] == str(1000000 * 9 // 10 // 8 * 8)
-    assert rules["sample"]["cpus_per_task"] == "12"
+    assert rules["evaluate"]["cpus_per_task"] == "12"
     assert rules["embed"]["gpu"] == "1" and rules["embed_shard"]["gpu"] == "1"
     assert rules["embed_shard"]["cpus_per_task"] == "12"
     for rule in CPU_RULES & rules.keys():
@@ -252,7 +257,8 @@ def test_ci_profile_keeps_the_users_resources():
 
 
 def test_without_a_profile_the_same_rules_run_one_process(tmp_path):
-    """Locally (no profile, no `gpu` resource): plain `elf train`; one embedding shard on the CPU."""
+    """Locally (no profile, no `gpu` resource): plain `elf train` on one torch thread (jobs run side
+    by side, a core each); one embedding shard on the CPU."""
     run = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "-p", "--cores", "1", "--configfile", "config/ci.yaml",
          "--config", f"results={tmp_path}/results", f"reports={tmp_path}/reports",
@@ -260,6 +266,7 @@ def test_without_a_profile_the_same_rules_run_one_process(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     jobs = {j["rule"]: j for j in dry_run_jobs(run.stdout + run.stderr)}
-    assert jobs["train"]["shell"].startswith("elf train ")
-    assert jobs["embed"]["shell"].startswith("elf embed ") and "--device cpu " in jobs["embed"]["shell"]
+    assert jobs["train"]["shell"].startswith("OMP_NUM_THREADS=1 elf train ")
+    assert jobs["embed"]["shell"].startswith("OMP_NUM_THREADS=1 elf embed ")
+    assert "--device cpu " in jobs["embed"]["shell"]
     assert "embed_shard" not in jobs and "embed_gather" not in jobs   # embed_shards 1: one job per store

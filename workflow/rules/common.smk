@@ -260,6 +260,15 @@ def released_revision_arg(run):
     return f"--revision {shlex.quote(revision)}" if revision else ""
 
 
+def torch_threads(wildcards, threads, resources):
+    """CPU threads of a torch job (its OMP_NUM_THREADS): on a cluster its cores (`cpus_per_task`, per
+    process under torchrun); locally its Snakemake threads (1: jobs run side by side, one core each)."""
+    cpus = resources.get("cpus_per_task")
+    if not cpus:
+        return threads
+    return max(1, int(cpus) // max(1, int(resources.get("gpu", 1))))
+
+
 def launcher(resources):
     """`elf`, or `torchrun … -m elf` (DDP, one process per GPU) when the job holds several GPUs."""
     gpus = resources.get("gpu", 0)

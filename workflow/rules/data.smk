@@ -71,12 +71,13 @@ rule encoder:
     output:
         directory(f"{R}/models/encoder-{{encoder}}"),
     params:
+        threads=torch_threads,
         settings=lambda w: as_json(EXP.encoders[w.encoder]),
         tokenizer=TOKENIZER,
     log:
         f"{R}/logs/encoder/{{encoder}}.log",
     shell:
-        "elf encoder --settings {params.settings:q} --tokenizer {params.tokenizer} "
+        "OMP_NUM_THREADS={params.threads} elf encoder --settings {params.settings:q} --tokenizer {params.tokenizer} "
         "--tokens {input.tokens} --out {output} --no-progress 2> {log}"
 
 
@@ -90,9 +91,10 @@ rule scorer:
     output:
         directory(SCORER),
     params:
+        threads=torch_threads,
         settings=as_json(EXP.scorer),
         corpus=f"--corpus {R}/data/corpora/owt" if EXP.scorer.source == "build" else "",
     log:
         f"{R}/logs/scorer.log",
     shell:
-        "elf scorer --settings {params.settings:q} {params.corpus} --out {output} 2> {log}"
+        "OMP_NUM_THREADS={params.threads} elf scorer --settings {params.settings:q} {params.corpus} --out {output} 2> {log}"

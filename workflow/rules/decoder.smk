@@ -13,11 +13,12 @@ rule decoder:
     output:
         f"{R}/decoders/{{name}}/model.safetensors",
     params:
+        threads=torch_threads,
         settings=lambda w: decoder_settings_json(w.name),
         tokenizer=TOKENIZER,
         out=lambda w: f"{R}/decoders/{w.name}",
     log:
         f"{R}/logs/decoder/{{name}}.log",
     shell:
-        "elf decoder --settings {params.settings:q} --store {input.store} --tokenizer {params.tokenizer} "
+        "OMP_NUM_THREADS={params.threads} elf decoder --settings {params.settings:q} --store {input.store} --tokenizer {params.tokenizer} "
         "--out {params.out} --no-progress 2> {log}"

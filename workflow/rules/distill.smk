@@ -22,6 +22,7 @@ rule distill:
     wildcard_constraints:
         run=runs_of_kind("distill"),
     params:
+        threads=torch_threads,
         settings=lambda w: train_settings_json(w.run),
         tokenizer=TOKENIZER,
         teacher=lambda w: f"{R}/runs/{run_settings(w.run).teacher}",
@@ -32,5 +33,5 @@ rule distill:
     log:
         f"{R}/logs/distill/{{run}}.log",
     shell:
-        "{params.launch} distill --settings {params.settings:q} --teacher {params.teacher} --init {params.init} "
+        "OMP_NUM_THREADS={params.threads} {params.launch} distill --settings {params.settings:q} --teacher {params.teacher} --init {params.init} "
         "--store {input.store} --tokenizer {params.tokenizer} --out {params.out} --no-progress 2> {log}"

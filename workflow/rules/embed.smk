@@ -19,6 +19,7 @@ rule embed:
     output:
         directory(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr"),
     params:
+        threads=torch_threads,
         settings=lambda w: as_json(EXP.embeddings[w.embedding]),
         encoder=lambda w: embedding_encoder(w.embedding),
         work=lambda w, output: f"{output}.partial",
@@ -27,7 +28,7 @@ rule embed:
     log:
         f"{R}/logs/embed/{{dataset}}-{{embedding}}-{{split}}.log",
     shell:
-        "elf embed --settings {params.settings:q} --encoder {params.encoder} --tokens {input.tokens} "
+        "OMP_NUM_THREADS={params.threads} elf embed --settings {params.settings:q} --encoder {params.encoder} --tokens {input.tokens} "
         "--split {wildcards.split} --work {params.work} --out {output} --device {params.device} 2> {log}"
 
 
@@ -47,6 +48,7 @@ rule embed_shard:
         k=r"\d+",
         n=r"\d+",
     params:
+        threads=torch_threads,
         settings=lambda w: as_json(EXP.embeddings[w.embedding]),
         encoder=lambda w: embedding_encoder(w.embedding),
         store=lambda w: embed_store(w),
@@ -54,7 +56,7 @@ rule embed_shard:
     log:
         f"{R}/logs/embed/{{dataset}}-{{embedding}}-{{split}}-{{k}}of{{n}}.log",
     shell:
-        "elf embed --settings {params.settings:q} --encoder {params.encoder} --tokens {input.tokens} "
+        "OMP_NUM_THREADS={params.threads} elf embed --settings {params.settings:q} --encoder {params.encoder} --tokens {input.tokens} "
         "--split {wildcards.split} --work {params.store}.partial --out {params.store} "
         "--shard {wildcards.k} --num-shards {wildcards.n} --device {params.device} 2> {log}"
 

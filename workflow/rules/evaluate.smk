@@ -23,6 +23,7 @@ rule evaluate:
         run=ANY_RUN,
         group=r"[^/]+",
     params:
+        threads=torch_threads,
         plan=lambda w: eval_plan_json(w.run, w.group),
         cond=lambda w, input: f"--eval-data {eval_data_root(w.run)} --tokens {input.tokens}"
         if "tokens" in input.keys() else "",
@@ -33,7 +34,7 @@ rule evaluate:
     log:
         f"{R}/logs/evaluate/{{run}}/{{group}}.log",
     shell:
-        "elf evaluate --plan {params.plan:q} --checkpoint {params.ckpt_dir} --tokenizer {params.tokenizer} "
+        "OMP_NUM_THREADS={params.threads} elf evaluate --plan {params.plan:q} --checkpoint {params.ckpt_dir} --tokenizer {params.tokenizer} "
         "{params.scorer} {params.cond} {params.decoder} --out-dir {output} --no-progress 2> {log}"
 
 
@@ -51,6 +52,7 @@ rule trajectory:
     wildcard_constraints:
         run=ANY_RUN,
     params:
+        threads=torch_threads,
         sampler=lambda w: as_json(EXP.samplers[w.sampler]),
         seed=EXP.evaluation.seeds[0],
         tokenizer=TOKENIZER,
@@ -59,6 +61,6 @@ rule trajectory:
     log:
         f"{R}/logs/trajectory/{{run}}/{{sampler}}.log",
     shell:
-        "elf trajectory --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
+        "OMP_NUM_THREADS={params.threads} elf trajectory --checkpoint {params.ckpt_dir} --sampler {params.sampler:q} "
         "--sampler-name {wildcards.sampler} --seed {params.seed} --n 2 --tokenizer {params.tokenizer} "
         "--at 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --precision {params.precision} --out {output} 2> {log}"

@@ -81,6 +81,7 @@ rule review:
         [rendered(fid) for fid in EXP.figures],
     output:
         f"{P}/replication.md",
+        f"{P}/trends.md",
         report(f"{P}/replication.html", caption="../report/replication.rst",
                category="Replication review", labels={"file": "replication review"}),
     params:

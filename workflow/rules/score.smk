@@ -15,12 +15,13 @@ rule score_dataset:
     output:
         f"{R}/scores/_dataset/{{dataset}}.json",
     params:
+        threads=torch_threads,
         n=EXP.evaluation.n_samples,
         precision=EXP.precision,
         tokenizer=TOKENIZER,
     log:
         f"{R}/logs/score/_dataset/{{dataset}}.log",
     shell:
-        "elf score --reference-texts {input.tokens} --split test --n {params.n} "
+        "OMP_NUM_THREADS={params.threads} elf score --reference-texts {input.tokens} --split test --n {params.n} "
         "--scorer {input.scorer} --precision {params.precision} --tokenizer {params.tokenizer} "
         "--out {output} 2> {log}"

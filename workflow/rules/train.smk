@@ -15,6 +15,7 @@ rule train:
     wildcard_constraints:
         run=runs_of_kind("train"),
     params:
+        threads=torch_threads,
         settings=lambda w: train_settings_json(w.run),
         data=train_data_args,
         tokenizer=TOKENIZER,
@@ -24,5 +25,5 @@ rule train:
     log:
         f"{R}/logs/train/{{run}}.log",
     shell:
-        "{params.launch} train --settings {params.settings:q} {params.data} --tokenizer {params.tokenizer} "
+        "OMP_NUM_THREADS={params.threads} {params.launch} train --settings {params.settings:q} {params.data} --tokenizer {params.tokenizer} "
         "--out {params.out} --no-progress 2> {log}"
