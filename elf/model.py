@@ -192,10 +192,11 @@ class Attention(nn.Module):
     def forward(self, h: torch.Tensor, rope: Rope):
         B, N, W = h.shape
         qkv = self.qkv(h).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        qk, v = qkv.split([2, 1])  # (split: its backward is one cat, not zero-filled slices)
         # q and k normed and rotated as one (2, B, H, N, hd) tensor, each with its own gain.
         gains = torch.stack([self.q_norm.weight, self.k_norm.weight])[:, None, None, None]
-        qk = apply_rope(rms_norm(qkv[:2], gains, self.q_norm.eps), rope)
-        out = F.scaled_dot_product_attention(qk[0], qk[1], qkv[2])        # no mask: spec §3
+        qk = apply_rope(rms_norm(qk, gains, self.q_norm.eps), rope)
+        out = F.scaled_dot_product_attention(qk[0], qk[1], v.squeeze(0))   # no mask: spec §3
         return self.proj(out.transpose(1, 2).reshape(B, N, W))
 
 
@@ -329,7 +330,7 @@ class ELF(nn.Module):
         rope = self.rope(L, h.device)
         for block in self.blocks:  # under the caller's autocast, if any
             h = block(h, rope, cond)
-        h = h[:, n_ctrl:]                                                    # (B, L, W)
+        h = h.split([n_ctrl, L], dim=1)[1]     # (B, L, W); split: backward is a cat, no zero fill
         with full_precision(h):
             x_hat = self.final_layer(h, cond)
         if decode_rows is None:
