@@ -76,7 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--device", default="auto", help="auto: CUDA if available, else CPU (tiny)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes (automatic without CUDA)")
-    p.add_argument("--budget-s", type=float, default=440, help="wall-clock budget of all sections "
+    p.add_argument("--budget-s", type=float, default=430, help="wall-clock budget of all sections "
                    "(each also has its cap, CAPS)")
     p.add_argument("--compile-backend", help="torch.compile backend (default: inductor; tiny: "
                    "eager, which traces the same graphs without code generation)")
@@ -144,8 +144,7 @@ def run_section(name: str, fn, ctx: "Context", cap: float) -> None:
     """Run one section under its cap and print its row, whatever happened."""
     row = Row(name)
     start = time.perf_counter()
-    if ctx.device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+    ctx.reset_peak()
     try:
         with time_cap(cap):
             fn(ctx, row)
@@ -154,8 +153,8 @@ def run_section(name: str, fn, ctx: "Context", cap: float) -> None:
     except Exception as err:  # an OOM, a compile failure: the row says so, the next section runs
         kind = "out of memory" if is_oom(err) else type(err).__name__
         row.notes.append(f"failed ({kind}): {str(err).splitlines()[0][:100] if str(err) else ''}")
-    if ctx.device.type == "cuda":
-        row.memory = f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
+    if row.memory == "-":
+        row.memory = ctx.peak_memory()
     row.notes.append(f"{time.perf_counter() - start:.0f} s")
     print(row.line(), flush=True)
     release(ctx.device)
@@ -182,6 +181,16 @@ class Context:
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+
+    def reset_peak(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    def peak_memory(self) -> str:
+        """Peak allocated GPU memory since ``reset_peak`` ("-" on CPU)."""
+        if self.device.type != "cuda":
+            return "-"
+        return f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB"
 
     def model_shape(self) -> str:
         m = self.shapes["model"]
@@ -221,7 +230,7 @@ def peak_section(ctx: Context, row: Row) -> None:
             best = 2 * n ** 3 / seconds
             row.shape, row.seconds = f"{dtype} {n}^3", f"{seconds:.4f}"
         ctx.peak_flops = best
-        row.throughput = f"{best / 1e12:.1f} TFLOP/s"
+        row.throughput = f"{best / 1e12:.3g} TFLOP/s"
         del a, b
 
 
@@ -262,6 +271,7 @@ def time_steps(ctx: Context, step, warmup: int, steps: int, count_at: int | None
 
 def fill_train_row(ctx: Context, row: Row, model: ELF, batch_size: int, seconds: float) -> None:
     L = ctx.shapes["length"]
+    row.memory = ctx.peak_memory()  # of this batch size (before a larger one is tried)
     row.batch, row.seconds = str(batch_size), f"{seconds:.3f}"
     row.throughput = f"{batch_size * L / seconds:,.0f} tokens/s"
     row.mfu = ctx.mfu(step_flops(ctx, model, batch_size), seconds)
@@ -275,6 +285,7 @@ def train_section(compiled: bool, precision: str):
             return compiled_train(ctx, row, model, precision)
         batch_size = 1
         while batch_size <= ctx.shapes["max_batch"]:
+            ctx.reset_peak()
             try:
                 step = training_step_fn(ctx, model, model, batch_size, precision)
                 seconds = time_steps(ctx, step, warmup=1, steps=ctx.steps, count_at=batch_size)
@@ -298,6 +309,7 @@ def compiled_train(ctx: Context, row: Row, model: ELF, precision: str) -> None:
     batch_size = ctx.batch.get(precision, 1)
     row.notes.append(f"backend {ctx.backend}")
     while batch_size >= 1:
+        ctx.reset_peak()
         try:
             step = training_step_fn(ctx, model, forward, batch_size, precision)
             start = time.perf_counter()
@@ -353,6 +365,7 @@ def sample_section(ctx: Context, row: Row) -> None:
         return time.perf_counter() - start
 
     while True:
+        ctx.reset_peak()
         try:
             one_batch(SamplerSettings(method="sde", steps=2, gamma=1.5, sc_cfg=3.0), batch_size)
             seconds = one_batch(SAMPLER, batch_size)
@@ -363,7 +376,7 @@ def sample_section(ctx: Context, row: Row) -> None:
             row.notes.append(f"B={batch_size} out of memory")
             release(ctx.device)
             batch_size //= 2
-    row.batch, row.seconds = str(batch_size), f"{seconds:.2f}"
+    row.batch, row.seconds, row.memory = str(batch_size), f"{seconds:.2f}", ctx.peak_memory()
     row.throughput = f"{batch_size / seconds:,.1f} samples/s"
     row.notes.insert(0, f"{n} samples: {math.ceil(n / batch_size) * seconds:,.0f} s")
 
