@@ -6,8 +6,10 @@ One training step is what ``elf.train.loop.train`` does per optimiser step, on r
 ``clip_grad_norm`` → ``set_lr(lr_at(k))`` → Muon/Nesterov-Adam step (elf/train/optim.py) → EMA update.
 Each (size, variant) starts from a freshly initialised network, runs ``--warmup`` untimed steps
 (these include torch.compile's compilation) and times ``--steps`` steps. The decode branch takes
-exactly max(1, round(0.2·B)) rows per step (not a Bernoulli draw per row), so the compiled graph
-keeps one shape and every step costs the same; every other draw is random as in training.
+exactly max(1, round(0.2·B)) rows per step and self-conditioning the last round(0.5·B) (not
+Bernoulli draws per row), so the compiled graphs keep one shape and every step costs the same; every
+other draw is random as in training. Like the loop, the gradient-free first pass runs on the
+self-conditioning denoise rows only. ``benchmarks/speedup.py`` compares against a base commit.
 bf16 autocast runs on CUDA where the GPU supports bf16, and on CPU via ``torch.autocast("cpu")``.
 Nothing is written.
 
@@ -95,33 +97,54 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def measure(size: str, variant: str, args) -> dict:
-    """Warm up, then time ``args.steps`` steps; returns the row of the table."""
-    B, L = shape_of(size, args)
-    warmup, steps = steps_of(size, variant, args)
-    torch.manual_seed(args.seed)
-    model = ELF(model_config("ELF-B", **SHAPES[size], max_length=L)).to(args.device).train()
-    optim_s, obj_s = OptimSettings(), ObjectiveSettings()
+def fixed_roles(B: int, s: ObjectiveSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """(decode_row, use_self_cond) with fixed counts: the first max(1, round(p·B)) rows decode, the
+    last round(p_sc·B) self-condition, so every step has the same shapes (one compiled graph)."""
+    decode, self_cond = torch.zeros(B), torch.zeros(B)
+    decode[:max(1, round(s.decode_prob * B))] = 1.0
+    n_sc = round(s.self_cond_prob * B)
+    if n_sc:
+        self_cond[-n_sc:] = 1.0
+    return decode, self_cond
+
+
+def make_step(model, forward, batch: dict, autocast, generator: torch.Generator, device: str,
+              optim_s: OptimSettings = OptimSettings(), obj_s: ObjectiveSettings = ObjectiveSettings()):
+    """``step(k)``: optimiser step k of ``elf.train.loop.train`` (one micro-batch, one process) on
+    ``batch``, with ``fixed_roles``; ``forward`` is the network the objective calls (``model``
+    or ``torch.compile(model)``)."""
+    B, L = batch["input_ids"].shape
     optimizer = build_optimizer(model.named_parameters(), optim_s, lr_at(1, optim_s, B))
     ema = EMA(model, optim_s.ema_decay)
-    forward = torch.compile(model) if variant.startswith("compile") else model
-    autocast = autocast_for(args.device, variant.endswith("bf16"))
-    generator = torch.Generator().manual_seed(args.seed)
-    batch = random_batch(B, L, model.cfg, generator, args.device)
-    decode = torch.zeros(B)
-    decode[:max(1, round(obj_s.decode_prob * B))] = 1.0
+    decode, self_cond = fixed_roles(B, obj_s)
 
-    def step(k: int) -> None:
+    def step(k: int) -> torch.Tensor:
         draws = draw_step((B, L, model.cfg.d), obj_s, generator)
-        draws.decode_row = decode.clone()
+        draws.decode_row, draws.use_self_cond = decode.clone(), self_cond.clone()
         with autocast:
-            out = training_step(forward, batch, draws.to(args.device), obj_s)
+            out = training_step(forward, batch, draws.to(device), obj_s, first_pass_all_rows=False)
         out.loss.backward()
         clip_grad_norm(model.parameters(), optim_s.grad_clip)
         optimizer.set_lr(lr_at(k, optim_s, B))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         ema.update(model)
+        return out.loss.detach()
+
+    return step
+
+
+def measure(size: str, variant: str, args) -> dict:
+    """Warm up, then time ``args.steps`` steps; returns the row of the table."""
+    B, L = shape_of(size, args)
+    warmup, steps = steps_of(size, variant, args)
+    torch.manual_seed(args.seed)
+    model = ELF(model_config("ELF-B", **SHAPES[size], max_length=L)).to(args.device).train()
+    forward = torch.compile(model) if variant.startswith("compile") else model
+    autocast = autocast_for(args.device, variant.endswith("bf16"))
+    generator = torch.Generator().manual_seed(args.seed)
+    batch = random_batch(B, L, model.cfg, generator, args.device)
+    step = make_step(model, forward, batch, autocast, generator, args.device)
 
     start = time.perf_counter()
     for k in range(1, warmup + 1):

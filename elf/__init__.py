@@ -8,3 +8,7 @@ entropy, BLEU, ROUGE, seeds) → ``report`` (figures, tables, replication review
 """
 
 __version__ = "0.1.0"
+
+from elf.runtime import tune_malloc as _tune_malloc
+
+_tune_malloc()  # CPU allocator thresholds (elf/runtime.py); ELF_MALLOC_TUNING=0 turns it off

@@ -24,7 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from elf.flow.paths import interpolate, logit_normal
-from elf.model import Block, ModelConfig, RMSNorm, rope_tables
+from elf.model import Block, ModelConfig, RMSNorm, RopeCache
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class SeparateDecoder(nn.Module):
         self.blocks = nn.ModuleList(Block(block_cfg) for _ in range(cfg.layers))
         self.norm = RMSNorm(cfg.width, cfg.norm_eps)
         self.out_proj = nn.Linear(cfg.width, cfg.vocab_size)
+        self.rope = RopeCache(cfg.width // cfg.heads, cfg.rope_theta, n_skip=0)
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -69,9 +70,9 @@ class SeparateDecoder(nn.Module):
         if mask is not None:
             x = torch.where(mask[..., None], self.mask_embedding.to(x.dtype), x)
         h = self.in_proj(x)
-        rope = rope_tables(x.shape[1], self.cfg.width // self.cfg.heads, self.cfg.rope_theta, h.device)
+        rope = self.rope(x.shape[1], h.device)
         for block in self.blocks:
-            h = block(h, rope, 0)
+            h = block(h, rope)
         return self.out_proj(self.norm(h))
 
 

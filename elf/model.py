@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -84,6 +85,14 @@ def model_config(size: str, extra_sizes: dict | None = None, **fields) -> ModelC
 # Building blocks
 # --------------------------------------------------------------------------------------------------
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / rms(x) · weight over the last dim, computed in fp32 and returned in x's dtype."""
+    dtype = x.dtype
+    x = x.float()
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return (x * weight.float()).to(dtype)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -91,10 +100,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x * self.weight.float()).to(dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def sinusoidal(s: torch.Tensor, dim: int, max_period: float) -> torch.Tensor:
@@ -120,22 +126,58 @@ class ScalarEmbedder(nn.Module):
         return self.mlp_2(F.silu(self.mlp_0(emb)))                        # (B, W)
 
 
-def rope_tables(length: int, head_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin of angle i·θ^(−2j/head_dim) for text position i and channel pair j, (L, head_dim/2)."""
+class Rope(NamedTuple):
+    """RoPE tables of a sequence, (n_skip + length, head_dim/2) each: cos and sin of angle
+    i·θ^(−2j/head_dim) for text position i and channel pair j, and ``cis`` = cos + i·sin; the first
+    n_skip rows (control tokens, not rotated) are angle 0."""
+    cos: torch.Tensor
+    sin: torch.Tensor
+    cis: torch.Tensor | None
+
+
+def rope_tables(length: int, head_dim: int, theta: float, device, n_skip: int = 0,
+                with_cis: bool = True) -> Rope:
+    """The ``Rope`` of ``n_skip`` control tokens followed by ``length`` text positions (spec §3:
+    RoPE on text positions only); ``with_cis=False`` leaves out the complex table."""
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)
     angles = torch.arange(length, dtype=torch.float32, device=device)[:, None] * inv_freq[None]
-    return torch.cos(angles), torch.sin(angles)
+    cos = torch.cat([torch.ones(n_skip, head_dim // 2, device=device), torch.cos(angles)])
+    sin = torch.cat([torch.zeros(n_skip, head_dim // 2, device=device), torch.sin(angles)])
+    return Rope(cos, sin, torch.complex(cos, sin) if with_cis else None)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_skip: int) -> torch.Tensor:
-    """Rotate interleaved channel pairs (2j, 2j+1) of the text positions; the first n_skip tokens
-    (control tokens) are left unrotated. x: (B, H, N, hd)."""
-    ctrl, text = x[:, :, :n_skip], x[:, :, n_skip:]
-    even, odd = text[..., 0::2].float(), text[..., 1::2].float()
-    rot_even = even * cos - odd * sin
-    rot_odd = even * sin + odd * cos
-    text = torch.stack([rot_even, rot_odd], dim=-1).flatten(-2).to(x.dtype)
-    return torch.cat([ctrl, text], dim=2)
+class RopeCache:
+    """``rope_tables`` built once per (length, device): they depend on nothing else. Under
+    torch.compile they are built inside the graph instead (constants to the compiler; a cache
+    filled while tracing would be a side effect, and ``cis`` a complex op inductor cannot lower)."""
+
+    def __init__(self, head_dim: int, theta: float, n_skip: int):
+        self.head_dim, self.theta, self.n_skip = head_dim, theta, n_skip
+        self.tables: dict[tuple, Rope] = {}
+
+    def __call__(self, length: int, device) -> Rope:
+        if torch.compiler.is_compiling():
+            return rope_tables(length, self.head_dim, self.theta, device, self.n_skip, False)
+        key = (length, torch.device(device))
+        if key not in self.tables:
+            self.tables[key] = rope_tables(length, self.head_dim, self.theta, device, self.n_skip)
+        return self.tables[key]
+
+
+def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
+    """Rotate the interleaved channel pairs (e, o) = (2j, 2j+1) of x (..., N, head_dim) by the
+    angles of ``rope``: (e·cos − o·sin, e·sin + o·cos), in fp32, returned in x's dtype.
+
+    Eager: one complex product (e + i·o)·cis, which on CPU forms the same rounded products and sums
+    as the real formula (bit-identical, forward and backward) in one pass instead of eight; under
+    torch.compile the real formula, which inductor fuses (it does not lower complex ops)."""
+    pairs = x.float().unflatten(-1, (-1, 2))
+    if torch.compiler.is_compiling():
+        e, o = pairs[..., 0], pairs[..., 1]
+        rotated = torch.stack([e * rope.cos - o * rope.sin, e * rope.sin + o * rope.cos], dim=-1)
+    else:
+        rotated = torch.view_as_real(torch.view_as_complex(pairs) * rope.cis)
+    return rotated.flatten(-2).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -147,13 +189,14 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
         self.proj = nn.Linear(cfg.width, cfg.width)
 
-    def forward(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], n_ctrl: int):
+    def forward(self, h: torch.Tensor, rope: Rope):
         B, N, W = h.shape
         qkv = self.qkv(h).view(B, N, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]                                    # (B, H, N, hd)
-        q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, *rope, n_ctrl), apply_rope(k, *rope, n_ctrl)
-        out = F.scaled_dot_product_attention(q, k, v)                      # no mask: spec §3
+        qk, v = qkv.split([2, 1])  # (split: its backward is one cat, not zero-filled slices)
+        # q and k normed and rotated as one (2, B, H, N, hd) tensor, each with its own gain.
+        gains = torch.stack([self.q_norm.weight, self.k_norm.weight])[:, None, None, None]
+        qk = apply_rope(rms_norm(qk, gains, self.q_norm.eps), rope)
+        out = F.scaled_dot_product_attention(qk[0], qk[1], v.squeeze(0))   # no mask: spec §3
         return self.proj(out.transpose(1, 2).reshape(B, N, W))
 
 
@@ -179,13 +222,14 @@ class Block(nn.Module):
             # adaLN-Zero (DiT): shift/scale/gate for attention and MLP from the condition vector.
             self.adaLN_modulation = nn.Linear(cfg.width, 6 * cfg.width)
 
-    def forward(self, h, rope, n_ctrl, cond=None):
+    def forward(self, h, rope, cond=None):
+        """``rope``: the ``Rope`` of h's positions (control tokens included)."""
         if cond is None:
-            h = h + self.attn(self.norm1(h), rope, n_ctrl)
+            h = h + self.attn(self.norm1(h), rope)
             return h + self.mlp(self.norm2(h))
         shift1, scale1, gate1, shift2, scale2, gate2 = \
             self.adaLN_modulation(F.silu(cond))[:, None].chunk(6, dim=-1)
-        h = h + gate1 * self.attn(self.norm1(h) * (1 + scale1) + shift1, rope, n_ctrl)
+        h = h + gate1 * self.attn(self.norm1(h) * (1 + scale1) + shift1, rope)
         return h + gate2 * self.mlp(self.norm2(h) * (1 + scale2) + shift2)
 
 
@@ -238,6 +282,7 @@ class ELF(nn.Module):
             self.mode_tokens = nn.Parameter(torch.zeros(1, cfg.num_mode_tokens, W))
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         self.final_layer = FinalLayer(cfg)
+        self.rope = RopeCache(cfg.head_dim, cfg.rope_theta, cfg.num_control_tokens)
         if cfg.decode_head:
             # Stored (in, out) as in the released checkpoints.
             self.proj_kernel = nn.Parameter(torch.zeros(W, d))
@@ -282,10 +327,10 @@ class ELF(nn.Module):
         with full_precision(x_in):  # input side in fp32, autocast off (elf/precision.py)
             h, cond = self._embed_inputs(x_in, t, w, mode)
         n_ctrl = cfg.num_control_tokens
-        rope = rope_tables(L, cfg.head_dim, cfg.rope_theta, h.device)
+        rope = self.rope(L, h.device)
         for block in self.blocks:  # under the caller's autocast, if any
-            h = block(h, rope, n_ctrl, cond)
-        h = h[:, n_ctrl:]                                                    # (B, L, W)
+            h = block(h, rope, cond)
+        h = h.split([n_ctrl, L], dim=1)[1]     # (B, L, W); split: backward is a cat, no zero fill
         with full_precision(h):
             x_hat = self.final_layer(h, cond)
         if decode_rows is None:

@@ -103,7 +103,8 @@ def learned_step(table: TiedTable, run: RunSettings, loss_covers_padding: bool,
     def step(net, batch: dict, draws: StepDraws, denominator: torch.Tensor | None) -> StepOutput:
         batch = table.with_embeddings(batch)
         out = training_step(net, batch, draws, run.objective, prediction=run.model.prediction,
-                            loss_covers_padding=loss_covers_padding, denominator=denominator)
+                            loss_covers_padding=loss_covers_padding, denominator=denominator,
+                            first_pass_all_rows=False)
         if not through_target:
             return out
         x0 = clean_embeddings(batch, draws.label_drop)

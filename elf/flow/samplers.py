@@ -47,11 +47,18 @@ class Denoiser:
                  source: Optional[Source] = None):
         self.model, self.s, self.prediction, self.source = model, s, prediction, source
         self.calls = 0  # network calls, for accounting
+        self._w: torch.Tensor | None = None  # the (B,) SC-CFG scale, made once
+
+    def _batch(self, t, B: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(t, w) as (B,) tensors; ``t`` a float or a 0-d tensor on the device (``rollout``)."""
+        if self._w is None or self._w.shape[0] != B or self._w.device != torch.device(device):
+            self._w = torch.full((B,), self.s.sc_cfg, device=device)
+        if isinstance(t, torch.Tensor):
+            return t.expand(B), self._w
+        return torch.full((B,), float(t), device=device), self._w
 
     def _net(self, z, x_prev, t):
-        B = z.shape[0]
-        t_b = torch.full((B,), float(t), device=z.device)
-        w_b = torch.full((B,), self.s.sc_cfg, device=z.device)
+        t_b, w_b = self._batch(t, z.shape[0], z.device)
         self.calls += 1
         out, _ = self.model(torch.cat([z, x_prev], -1), t_b, w_b)
         x_hat = x_from_output(out, z, t_b, self.prediction, self.s.t_eps, self.s.noise_scale)
@@ -80,6 +87,11 @@ class Denoiser:
 StepRecorder = Callable[[int, float, torch.Tensor, torch.Tensor], None]
 
 
+def sde_alpha(s: SamplerSettings, t: float, t_next: float) -> float:
+    """The SDE step's back-off factor α = clip(1 − γ·(t_next − t), 0, 1) (t_b = α·t)."""
+    return min(max(1.0 - s.gamma * (t_next - t), 0.0), 1.0)
+
+
 def rollout(model, s: SamplerSettings, z_init: torch.Tensor, generator: torch.Generator | None = None,
             *, grid: torch.Tensor | None = None, source: Optional[Source] = None,
             prediction: str = "x", record: StepRecorder | None = None) -> tuple[torch.Tensor, Denoiser]:
@@ -88,37 +100,48 @@ def rollout(model, s: SamplerSettings, z_init: torch.Tensor, generator: torch.Ge
     called after every step."""
     grid = time_grid(s, generator) if grid is None else grid
     denoise = Denoiser(model, s, prediction, source)
+    times = grid.tolist()
+    n = len(times) - 1
+    # Per step: α of an SDE step (the last step is always ODE), None for an ODE step; the network
+    # times (t, or t_b = α·t), made on the device once, rounded to fp32 as a per-step tensor would be.
+    alphas = [sde_alpha(s, times[k], times[k + 1]) if s.method == "sde" and k < n - 1 else None
+              for k in range(n)]
+    net_t = torch.tensor([t if a is None else a * t for t, a in zip(times, alphas)],
+                         dtype=torch.float32, device=z_init.device)
+    grid_t = grid.to(device=z_init.device, dtype=torch.float32)
     zeros = torch.zeros_like(z_init)
     z = z_init if source is None else source.pin(z_init)
     x_prev = zeros if source is None else source.pin(zeros)
-    n = len(grid) - 1
     for k in range(n):
-        t, t_next = float(grid[k]), float(grid[k + 1])
-        if s.method == "sde" and k < n - 1:  # the last step is always ODE
-            z, x_hat = _sde_step(denoise, z, x_prev, t, t_next, s, generator, source)
-        else:
-            x_hat, v_hat = denoise(z, x_prev, t)
+        t, t_next = times[k], times[k + 1]
+        if alphas[k] is None:
+            x_hat, v_hat = denoise(z, x_prev, net_t[k])
             z = z + (t_next - t) * v_hat
+        else:
+            z, x_hat = _sde_step(denoise, z, x_prev, (t, t_next, alphas[k]), (grid_t[k], net_t[k]),
+                                 s, generator, source)
         x_prev = x_hat
         if record is not None:
             record(k, t_next, z, x_hat)
     return z, denoise
 
 
-def _sde_step(denoise, z, x_prev, t, t_next, s: SamplerSettings, generator, source):
+def _sde_step(denoise, z, x_prev, times, device_times, s: SamplerSettings, generator, source):
     """Back off to t_b = α·t with fresh noise, predict there, then Euler-step to t_next from the
-    backed-off state (released code) or from the original state (paper App. C.2)."""
-    alpha = min(max(1.0 - s.gamma * (t_next - t), 0.0), 1.0)
+    backed-off state (released code) or from the original state (paper App. C.2). ``times`` =
+    (t, t_next, α) as floats, ``device_times`` = (t, t_b) as 0-d tensors on z's device."""
+    t, t_next, alpha = times
+    t_dev, t_b_dev = device_times
     t_b = alpha * t
     noise = torch.randn(z.shape, generator=generator).to(z.device)
     z_b = alpha * z + (1 - alpha) * s.noise_scale * noise
     if source is not None:
         z_b = source.pin(z_b)
-    x_hat, v_b = denoise(z_b, x_prev, t_b)
+    x_hat, v_b = denoise(z_b, x_prev, t_b_dev)
     if s.sde_variant == "backed_off":
         z_next = z_b + (t_next - t_b) * v_b
     else:
-        v = velocity(x_hat, z, torch.tensor([t], device=z.device), s.t_eps)
+        v = velocity(x_hat, z, t_dev, s.t_eps)
         if source is not None:
             v = source.pin(v, torch.zeros_like(v))
         z_next = z + (t_next - t) * v

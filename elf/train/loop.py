@@ -91,7 +91,8 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     if step_fn is None:
         def step_fn(net, batch, draws, denominator):
             return training_step(net, batch, draws, run.objective, prediction=run.model.prediction,
-                                 loss_covers_padding=loss_covers_padding, denominator=denominator)
+                                 loss_covers_padding=loss_covers_padding, denominator=denominator,
+                                 first_pass_all_rows=False)
     out_dir = Path(out_dir)
     device = torch.device(device)
     b, o = run.budget, run.optim

@@ -19,6 +19,10 @@ EMA of the training-step fixtures.
       X = NewtonSchulz5(u / (‖u‖_F + 1e-8))            # fp32, on uᵀ when rows > cols
       p ← p − lr·(sqrt(max(1, fan_out / fan_in))·X + wd·p)
 
+  Newton–Schulz runs matrices of one shape as one batch and folds its scalars into the matmuls
+  (``baddbmm``): the same iteration up to fp32 rounding (``tests/test_fast_paths.py``). At lr 0
+  (warm-up step 1) it is skipped: the weights would not move.
+
   fan_out / fan_in is rows / cols for ``nn.Linear`` weights stored (out, in) and cols / rows for the
   decode-head kernels stored (in, out) (``stored_in_out`` param-group flag).
 * ``NesterovAdam`` — every other parameter (biases, gains, control tokens)::
@@ -59,22 +63,45 @@ IN_OUT_NAMES = ("proj_kernel", "unembed_kernel")
 
 def newton_schulz(update: Tensor, steps: int = 5, coefficients=NS_COEFFICIENTS, eps: float = 1e-8,
                   dtype: torch.dtype = torch.float32) -> Tensor:
-    """Approximate orthogonalisation of a 2-D ``update`` (the quintic iteration of Muon), in ``dtype``.
+    """Approximate orthogonalisation (the quintic iteration of Muon) of a 2-D ``update``, or of each
+    matrix of a (G, rows, cols) stack at once, in ``dtype``.
 
     Works on the transpose when rows > cols so the Gram matrix is the smaller one; returns ``dtype``.
     """
-    if update.ndim != 2:
-        raise ValueError(f"Newton–Schulz needs a 2-D tensor, got shape {tuple(update.shape)}")
+    if update.ndim not in (2, 3):
+        raise ValueError(f"Newton–Schulz needs a 2-D tensor or a stack of them, got shape "
+                         f"{tuple(update.shape)}")
     a, b, c = coefficients
     x = update.to(dtype)
-    transposed = x.shape[0] > x.shape[1]
+    single = x.ndim == 2
+    if single:
+        x = x[None]
+    transposed = x.shape[-2] > x.shape[-1]
     if transposed:
-        x = x.T
-    x = x / (torch.linalg.matrix_norm(x) + eps)
+        x = x.mT
+    x = x / (torch.linalg.matrix_norm(x, keepdim=True) + eps)
     for _ in range(steps):
-        gram = x @ x.T
-        x = a * x + (b * gram + c * (gram @ gram)) @ x
-    return x.T if transposed else x
+        # x ← a·x + (b·G + c·G²)·x with G = x·xᵀ, the scalings folded into the matmuls (baddbmm).
+        gram = x @ x.mT
+        x = torch.baddbmm(x, torch.baddbmm(gram, gram, gram, beta=b, alpha=c), x, beta=a)
+    if transposed:
+        x = x.mT
+    return x[0] if single else x
+
+
+def newton_schulz_many(updates: list[Tensor], **settings) -> list[Tensor]:
+    """``newton_schulz`` of every matrix in ``updates``; matrices of one shape go through the
+    iteration as one (G, rows, cols) stack (batched matmuls: the same per-matrix arithmetic, a
+    fraction of the calls)."""
+    by_shape: dict[tuple, list[int]] = {}
+    for i, u in enumerate(updates):
+        by_shape.setdefault(tuple(u.shape), []).append(i)
+    out: list[Tensor] = [None] * len(updates)  # type: ignore[list-item]
+    for indices in by_shape.values():
+        stack = torch.stack([updates[i] for i in indices])
+        for i, x in zip(indices, newton_schulz(stack, **settings).unbind(0)):
+            out[i] = x
+    return out
 
 
 def muon_scale(shape: torch.Size | tuple[int, ...], stored_in_out: bool) -> float:
@@ -126,27 +153,53 @@ class Muon(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        # Momentum and Nesterov updates per group (foreach), then one batched Newton–Schulz per
+        # setting and shape across groups, then the parameter updates.
+        pending: dict[tuple, list[tuple[Tensor, Tensor, dict]]] = {}
         for group in self.param_groups:
-            beta = group["momentum"]
-            for p in group["params"]:
-                # A missing gradient counts as zero, as in the authors' Muon: the momentum still
-                # decays and is applied (a parameter idle on this batch keeps moving).
-                grad = torch.zeros_like(p) if p.grad is None else p.grad
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["momentum_buffer"] = torch.zeros_like(p)
-                state["step"] += 1
-                self._update(p, grad, state["momentum_buffer"], state["step"], group, beta)
+            params = group["params"]
+            if not params:
+                continue
+            # A missing gradient counts as zero, as in the authors' Muon: the momentum still
+            # decays and is applied (a parameter idle on this batch keeps moving).
+            grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in params]
+            updates = self._nesterov(params, grads, group)
+            if group["lr"] == 0:  # p − 0·(X + wd·p) = p: skip Newton–Schulz (warm-up step 1)
+                continue
+            key = (group["ns_steps"], group["ns_coefficients"], group["ns_eps"], group["ns_dtype"])
+            pending.setdefault(key, []).extend((p, u, group) for p, u in zip(params, updates))
+        for (steps, coefficients, eps, dtype), items in pending.items():
+            orthos = newton_schulz_many([u for _, u, _ in items], steps=steps,
+                                        coefficients=coefficients, eps=eps, dtype=dtype)
+            for (p, _, group), ortho in zip(items, orthos):
+                self._apply(p, ortho.to(p.dtype), group)
         return loss
 
+    def _nesterov(self, params: list[Tensor], grads: list[Tensor], group: dict) -> list[Tensor]:
+        """m ← lerp(m, g, 1 − β), then the bias-corrected Nesterov update a·m + b·g per tensor."""
+        beta = group["momentum"]
+        bufs, steps = [], []
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["momentum_buffer"] = torch.zeros_like(p)
+            state["step"] += 1
+            bufs.append(state["momentum_buffer"])
+            steps.append(state["step"])
+        torch._foreach_lerp_(bufs, grads, 1.0 - beta)
+        updates: list[Tensor] = [None] * len(params)  # type: ignore[list-item]
+        for step in set(steps):  # one value unless parameters joined at different steps
+            idx = [i for i, k in enumerate(steps) if k == step]
+            coef_m, coef_g = nesterov_coefficients(beta, step, group["bias_correction"])
+            mixed = torch._foreach_add(torch._foreach_mul([bufs[i] for i in idx], coef_m),
+                                       torch._foreach_mul([grads[i] for i in idx], coef_g))
+            for i, u in zip(idx, mixed):
+                updates[i] = u
+        return updates
+
     @staticmethod
-    def _update(p: Tensor, grad: Tensor, buf: Tensor, step: int, group: dict, beta: float) -> None:
-        buf.lerp_(grad, 1.0 - beta)
-        coef_m, coef_g = nesterov_coefficients(beta, step, group["bias_correction"])
-        nesterov = buf * coef_m + grad * coef_g
-        ortho = newton_schulz(nesterov, group["ns_steps"], group["ns_coefficients"], group["ns_eps"],
-                              group["ns_dtype"]).to(p.dtype)
+    def _apply(p: Tensor, ortho: Tensor, group: dict) -> None:
         scale = muon_scale(p.shape, group["stored_in_out"])
         if group["weight_decay"]:
             p.add_(p, alpha=-group["lr"] * group["weight_decay"])
@@ -331,13 +384,13 @@ def clip_grad_norm(params: Iterable[Tensor], max_norm: float, eps: float = 1e-6)
     if not grads:
         zero = torch.zeros(())
         return zero, torch.ones(())
-    per_tensor = torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+    per_tensor = torch.stack(torch._foreach_norm([g.float() for g in grads]))
     grad_norm = torch.linalg.vector_norm(per_tensor)
     if max_norm <= 0:
         return grad_norm, torch.ones_like(grad_norm)
     scale = torch.clamp(max_norm / (grad_norm + eps), max=1.0)
-    for g in grads:
-        g.mul_(scale.to(g.dtype))
+    for dtype in {g.dtype for g in grads}:
+        torch._foreach_mul_([g for g in grads if g.dtype == dtype], scale.to(dtype))
     return grad_norm, scale
 
 
@@ -385,8 +438,8 @@ class EMA:
             raise ValueError(f"EMA parameter names differ from the model's: {missing[:5]}")
         self.num_updates += 1
         decay = self.decay_at(self.num_updates)
-        for name, ema in self.shadow.items():
-            ema.lerp_(named[name].detach().float(), 1.0 - decay)
+        torch._foreach_lerp_(list(self.shadow.values()),
+                             [named[name].detach().float() for name in self.shadow], 1.0 - decay)
 
     @torch.no_grad()
     def copy_to(self, model: nn.Module) -> None:
