@@ -17,7 +17,7 @@ Needs the embedded default's data, encoder and scorer (about 2 minutes):
 
     snakemake --cores all results/embeddings/owt/encoder/train.zarr \\
         results/embeddings/owt/encoder/validation.zarr results/models/scorer
-    python benchmarks/recipe.py --budget-s 240 paper_noise scaled
+    python benchmarks/recipe.py --budget-s 300 recipe paper_noise noise_0.7 tiny_m
     python benchmarks/recipe.py --steps 500 'try:objective.noise_scale=0.7,model.size=tiny_m'
 
 A candidate is a preset name (``PRESETS`` below, the ones the search tried) or
@@ -45,9 +45,16 @@ from elf.config import (EmbeddingSettings, RunSettings, SamplerSettings, deep_me
 
 TIMES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 
-# Candidates tried by the search (issue 19), as overrides of the config's run.
+# Candidates tried by the search, as overrides of the config's run (``recipe``: the run as configured).
 PRESETS: dict[str, dict] = {
+    "recipe": {},
     "paper_noise": {"objective.noise_scale": 2.0, "objective.decode_noise_scale": 5.0},
+    "noise_0.7": {"objective.noise_scale": 0.7, "objective.decode_noise_scale": 1.75},
+    "noise_1.4": {"objective.noise_scale": 1.4, "objective.decode_noise_scale": 3.5},
+    "t_mean_-0.8": {"objective.t_mean": -0.8},
+    "tiny_m": {"model.size": "tiny_m"},
+    "batch_64": {"budget.batch_size": 64},
+    "blr_0.1": {"optim.blr": 0.1},
 }
 
 

@@ -104,7 +104,7 @@ CONFIG_ROWS = [
      ["sc_cfg_min", "4.0", "sc_cfg_max 2.0"], None),
     ("sampler-outside-trained-range", put("samplers", "ode16_w3", "sc_cfg", value=6.0),
      ["samplers.ode16_w3.sc_cfg", "6.0", "F4", "[0.5, 5.0]"], SNAKEMAKE),
-    ("sampler-below-trained-range", put("runs", "base", "objective", value={"sc_cfg_min": 1.0}),
+    ("sampler-below-trained-range", put("run_defaults", "objective", value={"sc_cfg_min": 1.0}),
      ["samplers.ode16_w0.5.sc_cfg", "0.5", "[1.0, 5.0]"], None),
     ("input-cfg-unconditional", put("samplers", "ode16_w1", "input_cfg", value=2.0),
      ["samplers.ode16_w1.input_cfg", "2.0", "unconditional"], None),
