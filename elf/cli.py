@@ -10,14 +10,14 @@ import argparse
 import importlib
 import sys
 
+from elf.errors import ElfError
+
+__all__ = ["ElfError", "build_parser", "main", "resolve_device"]
+
 # DAG order; each name is a module under elf.stages.
 STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
           "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit",
           "check")
-
-
-class ElfError(Exception):
-    """An input problem the user can fix: printed as one line, exit code 2, no traceback."""
 
 
 def resolve_device(name: str):

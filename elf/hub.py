@@ -50,7 +50,7 @@ def split_ref(ref: str) -> tuple[str, str | None]:
 def pretrained_kwargs(ref: str, what: str = "model") -> tuple[str, dict]:
     """The ``from_pretrained`` name and keywords (``revision``) of a reference; a reference without
     ``hub:`` that is not an existing local path is refused (``ElfError``), never looked up online."""
-    from elf.cli import ElfError
+    from elf.errors import ElfError
 
     ref = str(ref)
     if is_hub_ref(ref):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from elf import __version__
-from elf.cli import ElfError
+from elf.errors import ElfError
 
 
 def make_parent(path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``elf audit`` and the provenance chain (elf/evaluate/provenance.py, elf/stages/audit.py).
+"""``elf audit`` and the provenance chain (elf/audit/, elf/stages/audit.py).
 
 A miniature chain is built once per module by the real stages on tiny inputs — a trained tokenizer,
 a packed-token split, a Gaussian-table store (``elf embed``), a 2-step run (``elf train``), two seeds
@@ -22,7 +22,7 @@ import pytest
 from elf.cli import main as elf_main
 from elf.config import (BudgetSettings, DatasetSettings, EmbeddingSettings, ModelSettings, OptimSettings,
                         RunSettings, SamplerSettings, to_dict)
-from elf.evaluate import provenance as pv
+from elf import audit as pv
 from elf.io import provenance, read_json, sha256_file, sha256_json, write_json
 
 V = 48          # tokenizer vocabulary
@@ -74,8 +74,8 @@ def _encoder(out: str, vocab: int) -> None:
 
 def _score_file(samples: str, out: str, seed: int) -> None:
     """A score file as `elf score` writes it (made-up metric values; the scorer folder is hashed)."""
-    from elf.evaluate.samples import read_samples
-    from elf.stages.score import scorer_fingerprint
+    from elf.artifacts.records import read_samples
+    from elf.artifacts.records import scorer_fingerprint
 
     header, rows = read_samples(samples)
     record = provenance(samples=samples, samples_sha256=sha256_file(samples), task="unconditional",

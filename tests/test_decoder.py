@@ -19,7 +19,7 @@ from elf.config import (ConfigError, DatasetSettings, DecoderSettings, Embedding
                         ObjectiveSettings, RunSettings, SamplerSettings, parse_experiment, to_dict)
 from elf.decoder import (DecoderConfig, DecoderDraws, SeparateDecoder, corrupt, decoder_loss,
                          draw_corruption)
-from elf.evaluate.samples import read_samples
+from elf.artifacts.records import read_samples
 from elf.flow.objective import draw_step, training_step
 from elf.stages.decoder import cosine_lr, load_decoder
 from elf.train.checkpoint import model_meta, save_final

@@ -32,7 +32,7 @@ from elf.embed.store import open_store
 from elf.flow.distill import (SMALL_SPAN, DistillDraws, distill_step, distill_target,
                               draw_distill_step, substep_times, teacher_trajectory)
 from elf.flow.objective import StepDraws, training_step
-from elf.stages.distill import token_record
+from elf.artifacts.records import token_record
 from elf.train.checkpoint import model_meta, save_final
 from elf.train.loop import CrashForTest, train
 from tests.helpers import TensorBatches, tiny_data, tiny_model

@@ -144,7 +144,7 @@ def test_build_embedder_each_kind(encoder_dir):
     gaussian = build("gaussian", seed=7)
     assert isinstance(gaussian, kinds.GaussianTable) and gaussian.dim == 32
     assert torch.equal(gaussian.table, kinds.GaussianTable(VOCAB, 32, 7).table)
-    with pytest.raises(ValueError, match="learned"):  # trained with the flow: elf/embed/learned.py
+    with pytest.raises(ValueError, match="learned"):  # trained with the flow: elf.train.learned.py
         kinds.build_embedder(EmbeddingSettings(kind="learned"), None, VOCAB, dim=16)
     with pytest.raises(ValueError, match="21"):
         kinds.build_embedder(EmbeddingSettings(kind="encoder"), encoder_dir, VOCAB + 1)

@@ -1,4 +1,4 @@
-"""Embedding kind ``learned`` (R10, elf/embed/learned.py): a table trained with the flow, tied to the
+"""Embedding kind ``learned`` (R10, elf.train.learned.py): a table trained with the flow, tied to the
 unembedding and renormalised after every step; its gradients, decode, checkpoint and ``elf train``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from elf.cli import main
 from elf.config import DatasetSettings, EmbeddingSettings, RunSettings, to_dict
-from elf.embed.learned import ROW_RMS, TiedTable, learned_step, renormalise_rows
+from elf.train.learned import ROW_RMS, TiedTable, learned_step, renormalise_rows
 from elf.flow.objective import draw_step
 from elf.train.checkpoint import load_model
 from elf.train.loop import train

@@ -9,7 +9,7 @@ import pytest
 
 from elf import plan
 from elf.config import parse_experiment
-from elf.evaluate.samples import write_samples
+from elf.artifacts.records import write_samples
 from elf.io import read_json, write_json
 from elf.report.figures import write_figure
 from elf.report.loading import MissingInputError

@@ -15,7 +15,7 @@ import torch
 import elf.stages.sample as sample_stage
 from elf.cli import main
 from elf.config import DatasetSettings, EmbeddingSettings, RunSettings, SamplerSettings, to_dict
-from elf.evaluate.samples import read_samples
+from elf.artifacts.records import read_samples
 from elf.flow.samplers import time_grid
 from elf.stages.trajectory import closest_steps
 from elf.train.checkpoint import model_meta, save_final

@@ -16,7 +16,7 @@ from elf.cli import main
 from elf.config import ScorerSettings
 from elf.evaluate.entropy import text_entropy
 from elf.evaluate.genppl import GPT2_CONTEXT, gen_ppl
-from elf.evaluate.samples import read_samples, write_samples
+from elf.artifacts.records import read_samples, write_samples
 from elf.evaluate.scorer import (EOS_TOKEN, load_scorer, pack_documents, save_scorer,
                                  train_bpe_tokenizer, train_scorer_model)
 from elf.io import read_json, sha256_file

@@ -10,7 +10,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 
 from elf.cli import main
-from elf.evaluate.samples import read_samples, write_samples
+from elf.artifacts.records import read_samples, write_samples
 from elf.evaluate.textmetrics import bleu, mean_and_se, rouge, rouge_per_example, sentence_bleus
 from elf.io import read_json, sha256_file
 

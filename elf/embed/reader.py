@@ -70,7 +70,7 @@ class StoreSource:
         self.conditional = self.store.conditional
         self.stats = self.store.stats
         self.dim, self.seq_len = self.store.dim, self.store.seq_len
-        self.store_identity = self.store.attrs.get("identity_sha256")
+        self.store_identity = self.store.identity_sha256
         self.tokens_fingerprint = None  # the store's identity covers its tokens
         layout = self.store.layout
         token_bytes = layout.num_sequences * layout.seq_len * 6

@@ -70,12 +70,13 @@ import zarr
 from tqdm import tqdm
 from zarr.core.sync import sync as zarr_sync  # runs a coroutine on zarr's own event loop
 
-from elf.artifacts import (STORE_FILES, TOKEN_HASH_LIMIT, ArtifactError, check_store, mismatch, short,
-                           store_files)
+from elf.artifacts import TOKEN_HASH_LIMIT, ArtifactError, check_store, mismatch, short, store_files
+from elf.artifacts.names import (DATASETS_FINGERPRINT, STORE_COMPLETE, STORE_FILES, STORE_IDENTITY,
+                                 STORE_IDENTITY_SHA256, STORE_LAYOUT, STORE_STATS, STORE_TOKEN_IDS_SHA256,
+                                 TOKENS_SHA256)
 from elf.io import code_version, sha256_json
 
 FORMAT_VERSION = 1
-COMPLETE_ATTR = "complete"
 TOKEN_COLUMNS = ("input_ids", "attention_mask", "cond_seq_mask")
 TOKEN_DTYPES = {"input_ids": "int32", "attention_mask": "int8", "cond_seq_mask": "int8"}
 STORAGE_DTYPES = {"float16": "float16", "float32": "float32", "bfloat16": "uint16"}
@@ -232,11 +233,11 @@ class TokenArrays:
     def fingerprint(self) -> dict:
         """Identity of the token data: the datasets fingerprint, or sha256 of the arrays."""
         if self._dataset is not None and getattr(self._dataset, "_fingerprint", None):
-            return {"datasets_fingerprint": self._dataset._fingerprint, "num_rows": len(self)}
+            return {DATASETS_FINGERPRINT: self._dataset._fingerprint, "num_rows": len(self)}
         digest = hashlib.sha256()
         for c in TOKEN_COLUMNS:
             digest.update(np.ascontiguousarray(self._rows[c], dtype=TOKEN_DTYPES[c]).tobytes())
-        return {"tokens_sha256": digest.hexdigest(), "num_rows": len(self)}
+        return {TOKENS_SHA256: digest.hexdigest(), "num_rows": len(self)}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -332,9 +333,9 @@ def create_store(path: str | os.PathLike, layout: StoreLayout, identity: Mapping
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         try:
-            attrs = {"elf_store": FORMAT_VERSION, "layout": dataclasses.asdict(layout),
-                     "identity": dict(identity), "identity_sha256": expected,
-                     "code_version": code_version(), **(extra_attrs or {}), COMPLETE_ATTR: False}
+            attrs = {"elf_store": FORMAT_VERSION, STORE_LAYOUT: dataclasses.asdict(layout),
+                     STORE_IDENTITY: dict(identity), STORE_IDENTITY_SHA256: expected,
+                     "code_version": code_version(), **(extra_attrs or {}), STORE_COMPLETE: False}
             _create_arrays(tmp, layout, attrs)
             try:
                 os.rename(tmp, path)
@@ -344,7 +345,7 @@ def create_store(path: str | os.PathLike, layout: StoreLayout, identity: Mapping
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     group = zarr.open_group(str(path), mode="r+")
-    found = group.attrs.get("identity_sha256")
+    found = group.attrs.get(STORE_IDENTITY_SHA256)
     if found != expected:
         raise StoreError(
             f"store {path} exists but was made for other inputs or settings (identity {found} != "
@@ -353,9 +354,9 @@ def create_store(path: str | os.PathLike, layout: StoreLayout, identity: Mapping
 
 
 def _layout_of(group: zarr.Group, path: Path) -> StoreLayout:
-    if "layout" not in group.attrs:
-        raise StoreError(f"{path} is not an ELF embedding store (no layout attribute)")
-    return StoreLayout(**group.attrs["layout"])
+    if STORE_LAYOUT not in group.attrs:
+        raise StoreError(f"{path} is not an ELF embedding store (no {STORE_LAYOUT} attribute)")
+    return StoreLayout(**group.attrs[STORE_LAYOUT])
 
 
 class EmbeddingStore:
@@ -372,7 +373,9 @@ class EmbeddingStore:
     dim = property(lambda self: self.layout.dim)
     dtype = property(lambda self: self.layout.dtype)
     conditional = property(lambda self: self.layout.conditional)
-    stats = property(lambda self: self.attrs["normalization_stats"])
+    stats = property(lambda self: self.attrs[STORE_STATS])
+    identity = property(lambda self: self.attrs.get(STORE_IDENTITY) or {})
+    identity_sha256 = property(lambda self: self.attrs.get(STORE_IDENTITY_SHA256))
 
     def __len__(self) -> int:
         return self.layout.num_sequences
@@ -420,7 +423,7 @@ def open_store(path: str | os.PathLike) -> EmbeddingStore:
         raise StoreError(f"no embedding store at {path}: run the embed stage (`elf embed ... --out {path}`)")
     try:
         group = zarr.open_group(str(path), mode="r")
-        complete = group.attrs.get(COMPLETE_ATTR)
+        complete = group.attrs.get(STORE_COMPLETE)
     except Exception as err:  # a damaged zarr.json: JSON, metadata or node errors
         raise StoreError(f"embedding store {path}: unreadable metadata ({type(err).__name__}: {err})") from err
     if not complete:
@@ -436,7 +439,7 @@ def open_store(path: str | os.PathLike) -> EmbeddingStore:
                          "re-embed it") from err
     layout = store.layout
     if layout.num_sequences * layout.seq_len * 4 <= TOKEN_HASH_LIMIT:
-        found, recorded = _token_ids_sha256(group, layout, progress=False), store.attrs["token_ids_sha256"]
+        found, recorded = _token_ids_sha256(group, layout, progress=False), store.attrs[STORE_TOKEN_IDS_SHA256]
         if found != recorded:
             raise mismatch(f"embedding store {path}: input_ids", short(found), short(recorded),
                            "the token ids are damaged; re-embed it")
@@ -537,17 +540,17 @@ def finalize_store(path: str | os.PathLike, *, num_shards: int | None = None, pr
         raise StoreError(f"no embedding store at {path} to finalize: run `elf embed` (with --shard) first")
     group = zarr.open_group(str(path), mode="r+")
     layout = _layout_of(group, path)
-    if group.attrs.get(COMPLETE_ATTR):
+    if group.attrs.get(STORE_COMPLETE):
         if STORE_FILES not in group.attrs:  # finalized before file records: record them as they are
             group.attrs.update({STORE_FILES: store_files(path)})
-        return group.attrs["normalization_stats"]
+        return group.attrs[STORE_STATS]
     rows = group["block_stats"][:]
     missing = np.flatnonzero(np.isnan(rows[:, 0]))
     if missing.size:
         raise StoreError(_missing_blocks_message(path, missing, layout.num_blocks, num_shards))
     stats = moments_to_stats(merge_moments(rows))
     checksum = _token_ids_sha256(group, layout, progress)
-    group.attrs.update({"normalization_stats": stats, "token_ids_sha256": checksum,
+    group.attrs.update({STORE_STATS: stats, STORE_TOKEN_IDS_SHA256: checksum,
                         STORE_FILES: store_files(path),
-                        "finalized_code_version": code_version(), COMPLETE_ATTR: True})
+                        "finalized_code_version": code_version(), STORE_COMPLETE: True})
     return stats

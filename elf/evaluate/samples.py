@@ -1,72 +1,17 @@
-"""The samples file: one JSONL file per (run, sampler, seed), written by ``elf sample``, read by
-``elf score``; also reading the text column of real data (``read_text_column``).
+"""Text to score besides samples: the text column of real data (``read_text_column``: the figures'
+"Dataset" line, the scorer's corpus) and a packed dataset's rows cut as samples are
+(``reference_rows``). The samples file itself is ``elf.artifacts.records``'.
 
-Line 1 is ``{"provenance": {...}}`` (checkpoint, checkpoint_sha256, run, sampler, sampler_settings, seed,
-code_version, ...); every further line is one sample ``{"i": int, "text": str, "token_ids": [int, ...]}``,
-plus ``"source"`` and ``"reference"`` for conditional tasks. A sample's ``text`` may be "".
-
-    provenance, rows = read_samples("results/samples/owt-b/ode64/seed0.jsonl")
-    write_samples(path, provenance, rows)      # atomic: a failure leaves no file behind
     texts, split = read_text_column("results/data/owt", ("test",), n=1000)  # real text to score
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
-from elf.io import atomic_path
-
-
-class SamplesFormatError(ValueError):
-    """A samples file does not follow the format above (names the file and line)."""
-
-
-def write_samples(path: str | os.PathLike, provenance: dict, rows: list[dict]) -> None:
-    """Write the provenance header and one JSON line per sample, atomically."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"provenance": provenance}, ensure_ascii=False) + "\n")
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """Return ``(provenance, rows)``; raise ``SamplesFormatError`` on a malformed file."""
-    path = Path(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = [line for line in fh.read().split("\n") if line.strip()]
-    except UnicodeDecodeError as err:
-        raise SamplesFormatError(f"{path}: not UTF-8 text (byte {err.start})") from err
-    if not lines:
-        raise SamplesFormatError(f"{path}: empty file; expected a provenance header line")
-    header = _parse_line(path, 1, lines[0])
-    if set(header) != {"provenance"} or not isinstance(header["provenance"], dict):
-        raise SamplesFormatError(f"{path}:1: expected {{\"provenance\": {{...}}}} as the first line")
-    rows = []
-    for lineno, line in enumerate(lines[1:], start=2):
-        row = _parse_line(path, lineno, line)
-        if not isinstance(row.get("text"), str):
-            raise SamplesFormatError(f"{path}:{lineno}: a sample needs a string field 'text'")
-        rows.append(row)
-    expected = header["provenance"].get("n")
-    if isinstance(expected, int) and expected != len(rows):
-        raise SamplesFormatError(f"{path}: its header says n={expected}, the file holds {len(rows)} "
-                                 "samples (cut or edited)")
-    return header["provenance"], rows
-
-
-def _parse_line(path: Path, lineno: int, line: str) -> dict:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise SamplesFormatError(f"{path}:{lineno}: not JSON ({err})") from err
-    if not isinstance(obj, dict):
-        raise SamplesFormatError(f"{path}:{lineno}: expected a JSON object")
-    return obj
+from elf.artifacts.records import SamplesFormatError
 
 
 def read_text_column(path: str | os.PathLike, splits: tuple[str, ...], n: int | None = None,
@@ -108,11 +53,3 @@ def reference_rows(path: str, split: str, n: int, eos_id: int, pad_id: int) -> t
         kept = row[:row.index(eos_id)] if eos_id in row else row
         rows.append([i for i in kept if i != pad_id])
     return rows, split
-
-
-def texts_sha256(texts: list[str]) -> str:
-    """sha256 of a list of texts (each UTF-8 encoded and NUL-terminated): names scored real text."""
-    digest = hashlib.sha256()
-    for text in texts:
-        digest.update(text.encode("utf-8") + b"\0")
-    return digest.hexdigest()

@@ -43,7 +43,8 @@ import yaml
 from elf import plan
 from elf.config import Experiment, SamplerSettings
 from elf.io import read_json, sha256_file
-from elf.stages.distill import TOKENS_FILE, run_tokens
+from elf.artifacts.names import RUN_CONFIG, TOKENS_FILE
+from elf.artifacts.records import run_tokens
 
 AGGREGATE_RULE = "the `evaluate` rule (`elf evaluate`: sample, score, aggregate)"
 DATASET_SCORE_RULE = "the dataset-score rule (`elf score` on held-out real text)"
@@ -459,7 +460,6 @@ def match_paper(frame: pd.DataFrame, points: pd.DataFrame) -> pd.DataFrame:
 # ``tokens.json`` of distillation rounds) besides or instead of aggregates. The workflow declares
 # ``R/runs/<run>/ema.safetensors`` (the rule output the metadata sits beside) as their input.
 RUN_METADATA_IDS = ("T6", "T7", "T8", "F7c", "F9b")
-RUN_CONFIG_FILE = "config.json"
 RUN_RULE = "the run's rule (`train`, `distill` or `released`)"
 BILLION = 1e9
 
@@ -468,7 +468,7 @@ def load_run_meta(runs_root: str | Path, run: str) -> dict:
     """One run's metadata: ``{"run", "config", "config_path", "config_sha256", "tokens",
     "tokens_path", "tokens_sha256"}`` (``tokens*`` are None for runs without tokens.json)."""
     run_dir = Path(runs_root) / run
-    config_path = run_dir / RUN_CONFIG_FILE
+    config_path = run_dir / RUN_CONFIG
     if not config_path.is_file():
         raise MissingInputError(
             f"missing run metadata {config_path}; it is written with the checkpoint by "
@@ -499,7 +499,7 @@ def metadata_entries(runs_meta: dict[str, dict]) -> list[dict]:
 
 
 def trained_tokens(config: dict) -> int | None:
-    """Tokens a run trained on here (steps × batch × L, ``elf.stages.distill.run_tokens``); None for
+    """Tokens a run trained on here (steps × batch × L, ``elf.artifacts.records.run_tokens``); None for
     a released checkpoint (trained elsewhere) or when the budget is unknown."""
     if (config.get("run") or {}).get("kind") == "released":
         return None

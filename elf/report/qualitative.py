@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from elf import plan
 from elf.config import Experiment
-from elf.evaluate.samples import read_samples
+from elf.artifacts.records import read_samples
 from elf.io import read_json, sha256_file
 from elf.report.loading import MissingInputError, figure_pairs
 

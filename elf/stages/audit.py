@@ -4,7 +4,7 @@ Reads PATH — a figure or table file (png/csv/md/tex/..., through its sidecar `
 sidecar, an aggregate, a score file, a samples file or a checkpoint directory — and follows what each
 artifact records: figure/table → aggregate → per-seed scores → samples → checkpoint → run config →
 embedding store → dataset (plus scorer, tokenizer, encoder, reference texts and paper values).
-Each link is re-hashed on disk against the hash its parent recorded (``elf/evaluate/provenance.py``).
+Each link is re-hashed on disk against the hash its parent recorded (``elf/audit/``).
 Writes nothing; prints an indented tree, one line per artifact: kind, path, sha256 (first 16 hex
 digits; ``--json`` gives all), status (ok, MISSING, HASH CHANGED, NOT RECORDED, BROKEN; ``named`` for
 a hub model named without local files). Exit code 0 when every link verifies, 2 naming the first
@@ -90,7 +90,7 @@ def describe_break(link) -> str:
 
 
 def run(args) -> None:
-    from elf.evaluate.provenance import AuditError, audit
+    from elf.audit import AuditError, audit
 
     try:
         chain = audit(args.path, args.cell, args.root)

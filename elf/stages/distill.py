@@ -25,9 +25,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from elf.artifacts.names import TOKENS_FILE
+from elf.artifacts.records import token_record
 from elf.cli import ElfError
-
-TOKENS_FILE = "tokens.json"
 
 
 def register(sub) -> None:
@@ -48,38 +48,6 @@ def register(sub) -> None:
 # --------------------------------------------------------------------------------------------------
 # Checks and records (no torch needed; unit-tested)
 # --------------------------------------------------------------------------------------------------
-
-def run_tokens(meta: dict) -> int | None:
-    """Training tokens of a finished run from its ``config.json``: steps × batch × L (None if unknown)."""
-    budget = (meta.get("run") or {}).get("budget")
-    length = (meta.get("model") or {}).get("max_length")
-    if not budget or not length:
-        return None
-    return int(budget["steps"]) * int(budget["batch_size"]) * int(length)
-
-
-def token_record(run_name: str, run_settings: dict, seq_len: int, teacher_meta: dict,
-                 init_record: dict | None) -> dict:
-    """``tokens.json`` of a finished round. ``init_record``: the init run's ``tokens.json`` when the
-    init is itself a distillation round (None when it is the teacher or another trained run)."""
-    budget, distill = run_settings["budget"], run_settings["distill"]
-    tokens = int(budget["steps"]) * int(budget["batch_size"]) * int(seq_len)
-    before = init_record or {}
-    distill_total = int(before.get("distill_tokens_total", 0)) + tokens
-    teacher_tokens = run_tokens(teacher_meta)
-    total = None if teacher_tokens is None else teacher_tokens + distill_total
-    return dict(
-        run=run_name, kind="distill", round=int(before.get("round", 0)) + 1,
-        student_steps=distill["student_steps"], teacher_substeps=distill["teacher_substeps"],
-        steps=int(budget["steps"]), batch_size=int(budget["batch_size"]), seq_len=int(seq_len),
-        tokens_seen=tokens,
-        rounds=[*before.get("rounds", []), dict(run=run_name, tokens_seen=tokens)],
-        distill_tokens_total=distill_total,
-        teacher=run_settings.get("teacher"), teacher_tokens_seen=teacher_tokens,
-        total_tokens_seen=total,
-        ratio_to_teacher=None if not teacher_tokens else total / teacher_tokens,
-    )
-
 
 def check_compatible(name: str, meta: dict, *, d: int, seq_len: int, vocab: int,
                      embedding: dict, model_settings: dict | None = None) -> None:

@@ -179,7 +179,7 @@ def _load_job(args) -> _Job:
 
 def _finished(path: Path, header: dict) -> bool:
     """A complete seed file from an interrupted multi-seed run, with the same inputs and settings."""
-    from elf.evaluate.samples import SamplesFormatError, read_samples
+    from elf.artifacts.records import SamplesFormatError, read_samples
 
     if not path.exists():
         return False
@@ -194,7 +194,7 @@ def _sample_seed(job: _Job, args, header: dict, out: Path, partial: Path) -> Non
     """Sample the seed of ``header`` into ``out``, resuming from (and then removing) ``partial``."""
     from tqdm import tqdm
 
-    from elf.evaluate.samples import write_samples
+    from elf.artifacts.records import write_samples
 
     seed = header["seed"]
     rows = _resume(partial, header)

@@ -41,8 +41,8 @@ from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
 from elf.config import PRECISIONS
-from elf.evaluate.samples import (SamplesFormatError, read_samples, read_text_column, reference_rows,
-                                  texts_sha256)
+from elf.artifacts.records import SamplesFormatError, read_samples, scorer_fingerprint, texts_sha256
+from elf.evaluate.samples import read_text_column, reference_rows
 from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
@@ -83,16 +83,6 @@ def register(subparsers) -> None:
 # --------------------------------------------------------------------------------------------------
 # Metrics per task
 # --------------------------------------------------------------------------------------------------
-
-def scorer_fingerprint(name_or_path: str, model) -> dict:
-    """sha256 of a local scorer's weight/tokenizer files, or a config hash for a hub name."""
-    folder = Path(name_or_path)
-    if folder.is_dir():
-        files = sorted(f for f in folder.iterdir() if f.is_file() and f.name != "provenance.json")
-        return {"scorer_sha256": sha256_json({f.name: sha256_file(f) for f in files})}
-    return {"scorer_config_sha256": sha256_json(model.config.to_dict()),
-            "scorer_revision": getattr(model.config, "_commit_hash", None)}
-
 
 _SCORERS: dict[tuple, tuple] = {}  # one load per process: `elf evaluate` scores many samplers
 

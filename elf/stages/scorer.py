@@ -15,7 +15,8 @@ import json
 
 from elf.cli import ElfError, resolve_device
 from elf.config import ConfigError, ScorerSettings, from_dict, to_dict
-from elf.evaluate.samples import SamplesFormatError, read_text_column, texts_sha256
+from elf.artifacts.records import SamplesFormatError, texts_sha256
+from elf.evaluate.samples import read_text_column
 from elf.io import provenance
 
 CORPUS_SPLITS = ("heldout", "train")

@@ -2,7 +2,7 @@
 
 Reads ``--store`` (the dataset's train split, Zarr, see ``elf embed``), or with an uncached
 embedding ``--tokens`` (the packed token dataset, embedded per batch; kind ``learned``: embedded by a
-table trained with the network, ``elf/embed/learned.py``, as wide as ``--encoder``), and the
+table trained with the network, ``elf.train.learned.py``, as wide as ``--encoder``), and the
 tokenizer (for the vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``,
 ``train_log.jsonl`` and, while running, ``resume/`` (a rerun of a killed job continues from it).
 Under ``torchrun`` it trains with DDP on every process of the job:
@@ -119,10 +119,10 @@ def _recorded_tokenizer(args, source) -> tuple[dict, str]:
 
 def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
     """Kind ``learned`` (R10): the table tied to the unembedding, seeded, its training step and
-    renormalisation (``elf.embed.learned``); (None, None, None) for every other kind."""
+    renormalisation (``elf.train.learned``); (None, None, None) for every other kind."""
     if emb_s.kind != "learned":
         return None, None, None
-    from elf.embed.learned import TiedTable, learned_step
+    from elf.train.learned import TiedTable, learned_step
 
     table = TiedTable(model, mean=emb_s.mean, std=emb_s.std)
     table.init_(run_s.budget.seed)

@@ -8,7 +8,7 @@ rule train:
     input:
         unpack(train_data),
         code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/objective.py", "train",
-             "embed/reader.py", "embed/kinds.py", "embed/learned.py", "stages/train.py"),
+             "embed/reader.py", "embed/kinds.py", "stages/train.py"),
         tok=tokenizer_input,
     output:
         f"{R}/runs/{{run}}/ema.safetensors",

@@ -1,5 +1,4 @@
-"""Reading and verifying what one stage hands another: one home for the checks (issue 17 will gather
-every stage contract here).
+"""Reading and verifying what one stage hands another.
 
 Each reader verifies what its input's provenance already records and refuses a mismatch with one
 line naming the file and both values (``ArtifactError``, an ``ElfError``: exit status 2):
@@ -25,14 +24,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from elf.cli import ElfError
+from elf.artifacts.layout import SEED_FILE
+from elf.artifacts.names import (CHECKSUMS, EMA_WEIGHTS, HEADER_CHECKPOINT, HEADER_CHECKPOINT_SHA256,
+                                 PROVENANCE_FILE, STORE_FILES, STORE_STATS, STORE_TOKEN_IDS_SHA256,
+                                 TOKENIZER_FILE, TOKENIZER_SHA256)
+from elf.errors import ElfError
 
-CHECKSUMS = "checksums.json"
-STORE_FILES = "data_files"  # store attribute: per array, [data files, bytes]
 TOKEN_HASH_LIMIT = 1 << 30
 _DIGESTS: dict[tuple, str] = {}
 
@@ -158,7 +158,7 @@ def check_store(root: str | os.PathLike, attrs: dict) -> None:
     """A complete store: statistics, checksum, and each array's data files as finalize counted them."""
     root = Path(root)
     again = f"re-embed it (delete {root} and rerun its embed rule)"
-    missing = [k for k in ("normalization_stats", "token_ids_sha256") if k not in attrs]
+    missing = [k for k in (STORE_STATS, STORE_TOKEN_IDS_SHA256) if k not in attrs]
     if missing:
         raise ArtifactError(f"embedding store {root} is marked complete but lacks {', '.join(missing)}; "
                             f"{again}")
@@ -183,15 +183,15 @@ def check_store(root: str | os.PathLike, attrs: dict) -> None:
 
 def tokenizer_sha256(ref: str | os.PathLike | None) -> str | None:
     """sha256 of a local tokenizer folder's ``tokenizer.json`` (None for a Hub reference)."""
-    path = Path(str(ref)) / "tokenizer.json" if ref is not None else None
+    path = Path(str(ref)) / TOKENIZER_FILE if ref is not None else None
     return file_sha256(path) if path is not None and path.is_file() else None
 
 
 def tokens_tokenizer(tokens_dir: str | os.PathLike) -> dict:
     """The tokenizer a packed-token folder was made with (its ``provenance.json``)."""
-    record = Path(tokens_dir) / "provenance.json"
+    record = Path(tokens_dir) / PROVENANCE_FILE
     recorded = read_json(record, "token provenance") if record.is_file() else {}
-    return {"name_or_path": recorded.get("tokenizer"), "tokenizer_sha256": recorded.get("tokenizer_sha256")}
+    return {"name_or_path": recorded.get("tokenizer"), TOKENIZER_SHA256: recorded.get(TOKENIZER_SHA256)}
 
 
 def check_tokenizer(ref: str, recorded: dict | None, recorded_by: str) -> None:
@@ -201,7 +201,7 @@ def check_tokenizer(ref: str, recorded: dict | None, recorded_by: str) -> None:
     from elf.hub import split_ref
 
     recorded = recorded or {}
-    theirs, name = recorded.get("tokenizer_sha256"), recorded.get("name_or_path")
+    theirs, name = recorded.get(TOKENIZER_SHA256), recorded.get("name_or_path")
     given = tokenizer_sha256(ref)
     if theirs:
         ok = given == theirs
@@ -220,9 +220,6 @@ def check_tokenizer(ref: str, recorded: dict | None, recorded_by: str) -> None:
 # Samples headers
 # --------------------------------------------------------------------------------------------------
 
-SEED_FILE = re.compile(r"^seed(\d+)$")
-
-
 def check_samples_header(path: str | os.PathLike, header: dict, *, task: str | None = None,
                          run: str | None = None, sampler: str | None = None) -> None:
     """A samples file is what it claims: the seed its name says, the task / run / sampler asked for,
@@ -236,11 +233,11 @@ def check_samples_header(path: str | os.PathLike, header: dict, *, task: str | N
             raise mismatch(f"samples {path}", f"{key} {header[key]!r} in its header",
                            f"{key} {expected!r} by {source}", "score the samples of that "
                            f"{key}, or resample")
-    checkpoint, drawn = header.get("checkpoint"), header.get("checkpoint_sha256")
+    checkpoint, drawn = header.get(HEADER_CHECKPOINT), header.get(HEADER_CHECKPOINT_SHA256)
     record = Path(str(checkpoint)) / CHECKSUMS
     if checkpoint and drawn and record.is_file():
-        now = read_json(record, "checksums").get("ema.safetensors", {}).get("sha256")
+        now = read_json(record, "checksums").get(EMA_WEIGHTS, {}).get("sha256")
         if now and now != drawn:
             raise mismatch(f"samples {path}", f"checkpoint {short(drawn)} in its header",
-                           f"{short(now)} for {checkpoint}/ema.safetensors in {record}",
+                           f"{short(now)} for {checkpoint}/{EMA_WEIGHTS} in {record}",
                            "the checkpoint changed since sampling: resample")

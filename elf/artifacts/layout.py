@@ -1,0 +1,114 @@
+"""Where files lie inside the folders the stages write: an evaluation folder, a folder of seed files,
+a run directory under its root, and the report root. Paths only (no I/O); ``elf.plan`` places these
+folders in the DAG (``<results>/evals/<run>/<group>``, ...).
+
+An evaluation folder (``elf evaluate --out-dir``)::
+
+    samples/<sampler>/seed<k>.jsonl   scores/<sampler>/seed<k>.json   aggregates/<sampler>.json
+
+The report root (``elf report --out``)::
+
+    figures/<id>.png|.csv|.json   tables/<id>.csv|.md|.tex|.json   replication.md|.html   trends.md   all
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from elf.artifacts.names import EMA_WEIGHTS, RUN_CONFIG, TOKENS_FILE
+
+SEED_FILE = re.compile(r"^seed(\d+)$")  # the stem of a seed's samples or score file
+SAMPLES_SUFFIX, SCORES_SUFFIX = ".jsonl", ".json"
+
+
+def seed_file(folder: str | Path, seed: int, suffix: str) -> Path:
+    """``<folder>/seed<k><suffix>``: one evaluation seed's samples (.jsonl) or scores (.json)."""
+    return Path(folder) / f"seed{seed}{suffix}"
+
+
+# --------------------------------------------------------------------------------------------------
+# An evaluation folder
+# --------------------------------------------------------------------------------------------------
+
+def samples_dir(folder: str | Path, sampler: str) -> Path:
+    return Path(folder) / "samples" / sampler
+
+
+def scores_dir(folder: str | Path, sampler: str) -> Path:
+    return Path(folder) / "scores" / sampler
+
+
+def aggregate_file(folder: str | Path, sampler: str) -> Path:
+    return Path(folder) / "aggregates" / f"{sampler}.json"
+
+
+def samples_path(folder: str | Path, sampler: str, seed: int) -> Path:
+    return seed_file(samples_dir(folder, sampler), seed, SAMPLES_SUFFIX)
+
+
+def scores_path(folder: str | Path, sampler: str, seed: int) -> Path:
+    return seed_file(scores_dir(folder, sampler), seed, SCORES_SUFFIX)
+
+
+# --------------------------------------------------------------------------------------------------
+# Runs, reference scores and trajectories under their roots
+# --------------------------------------------------------------------------------------------------
+
+def run_dir(runs_root: str | Path, run: str) -> Path:
+    return Path(runs_root) / run
+
+
+def run_weights(runs_root: str | Path, run: str) -> Path:
+    """A run's EMA weights: the output of its rule (config.json and tokens.json sit beside it)."""
+    return run_dir(runs_root, run) / EMA_WEIGHTS
+
+
+def run_config(runs_root: str | Path, run: str) -> Path:
+    return run_dir(runs_root, run) / RUN_CONFIG
+
+
+def run_tokens(runs_root: str | Path, run: str) -> Path:
+    return run_dir(runs_root, run) / TOKENS_FILE
+
+
+def dataset_scores_path(root: str | Path, dataset: str) -> Path:
+    """The scores of a dataset's held-out real text (the figures' "Dataset" line)."""
+    return Path(root) / f"{dataset}.json"
+
+
+def trajectory_path(root: str | Path, run: str, sampler: str) -> Path:
+    return Path(root) / run / f"{sampler}.json"
+
+
+# --------------------------------------------------------------------------------------------------
+# The report root
+# --------------------------------------------------------------------------------------------------
+
+KIND_DIRS = {"figure": "figures", "table": "tables"}
+RENDERED_SUFFIXES = {"figure": (".png", ".csv"), "table": (".csv", ".md", ".tex")}
+SIDECAR_SUFFIX = ".json"
+MANIFEST = "all"
+REVIEW_FILES = ("replication.md", "replication.html")
+TRENDS_FILE = "trends.md"
+
+
+def kind_dir(out: str | Path, kind: str) -> Path:
+    """``<out>/figures`` or ``<out>/tables``."""
+    return Path(out) / KIND_DIRS[kind]
+
+
+def rendered_files(out: str | Path, figure_id: str, kind: str, pdf: bool = False) -> list[Path]:
+    """The files a figure (PNG, plotted numbers as CSV[, PDF]) or table (CSV, Markdown, LaTeX) is
+    rendered to."""
+    suffixes = RENDERED_SUFFIXES[kind] + ((".pdf",) if pdf and kind == "figure" else ())
+    return [kind_dir(out, kind) / f"{figure_id}{suffix}" for suffix in suffixes]
+
+
+def sidecar_path(out: str | Path, figure_id: str, kind: str) -> Path:
+    """The provenance sidecar beside a figure's or table's files."""
+    return kind_dir(out, kind) / f"{figure_id}{SIDECAR_SUFFIX}"
+
+
+def review_paths(out: str | Path) -> list[Path]:
+    return [Path(out) / name for name in REVIEW_FILES]
