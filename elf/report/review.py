@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from elf.artifacts.layout import review_paths
 from elf.io import atomic_path
 from elf.report import tables
 from elf.report.loading import (BILLION, match_paper, our_token_bars, paper_pd_tokens,
@@ -360,10 +361,6 @@ def to_html(doc: Document) -> str:
             out.append("</table>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
-
-
-def review_paths(out_dir: str | Path) -> list[Path]:
-    return [Path(out_dir) / "replication.md", Path(out_dir) / "replication.html"]
 
 
 def write_review(doc: Document, out_dir: str | Path) -> list[Path]:

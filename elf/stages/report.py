@@ -31,6 +31,7 @@ import yaml
 from tqdm import tqdm
 
 from elf import plan
+from elf.artifacts.layout import TRENDS_FILE, review_paths
 from elf.cli import ElfError
 from elf.config import ConfigError, Experiment, parse_experiment
 from elf.io import atomic_path, read_json, sha256_file, write_json
@@ -179,9 +180,6 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
     return review.write_review(doc, out)
 
 
-TRENDS_FILE = "trends.md"
-
-
 def trends_section(exp: Experiment, args) -> str:
     """The trend checks and the training-seed spread (elf/report/trends.py), as Markdown."""
     frame = load_rows(exp, plan.review_pairs(exp), _need_evals(args), "trend checks")
@@ -195,7 +193,7 @@ def write_manifest(exp: Experiment, ids: list[str], args, out: Path) -> Path:
               f"Paper values: `{args.paper_values}`  sha256 {sha256_file(args.paper_values)}",
               f"Scale: {exp.scale}", ""]
     return manifest.write_manifest({i: exp.figures[i] for i in ids}, out,
-                                   review.review_paths(out), header)
+                                   [*review_paths(out), out / TRENDS_FILE], header)
 
 
 def run(args) -> None:
