@@ -231,6 +231,16 @@ class DatasetSettings:
         return self.max_length - self.max_input_length
 
 
+# Dataset fields that only schedule work (elf embed jobs): they change no byte of the packed tokens.
+SCHEDULING_FIELDS = ("embed_shards",)
+
+
+def content_settings(settings: DatasetSettings) -> dict:
+    """The settings that decide a dataset's packed tokens (scheduling-only fields dropped): what
+    ``elf prepare`` and the embedding rules are given, so that changing those reruns nothing."""
+    return {k: v for k, v in to_dict(settings).items() if k not in SCHEDULING_FIELDS}
+
+
 @dataclass(frozen=True)
 class TokenizerSettings:
     """The T5-style tokenizer: built here (embedded) or loaded by name (paper: t5-small)."""

@@ -364,3 +364,11 @@ class ELF(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+def preset_num_parameters(size: str) -> int:
+    """Parameters of the network at a named size and the ``ModelConfig`` defaults (the paper's data
+    dims: T5-small d=512, vocabulary 32128, L=1024, bottleneck 128, in-context), counted on the meta
+    device (no memory, no initialisation)."""
+    with torch.device("meta"):
+        return ELF(model_config(size)).num_parameters()

@@ -13,11 +13,22 @@ A group's folder ``<evals root>/<run>/<group>/`` (``<results>/evals`` in the DAG
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from elf.config import Experiment
 
 ALL_SAMPLERS = "all"  # the group name of a run's single evaluation job under group_by: run
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a figure or table reads, declared per id in ``elf.report.registry``."""
+    aggregates: bool = True      # the aggregates of its (run, sampler) pairs
+    dataset_line: bool = False   # the reference scores of each unconditional dataset ("Dataset" line)
+    run_metadata: bool = False   # its runs' config.json, and tokens.json of distillation rounds
+    samples: bool = False        # the first seed's samples and scores of its pairs
+    trajectory: bool = False     # the trajectory of its first pair
 
 
 def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:

@@ -90,8 +90,7 @@ def test_the_validators_size_and_figure_names_are_the_models_and_the_reports():
     """elf/config.py and elf/validate.py name these without importing torch or the report."""
     from elf.config import BUILTIN_SIZES
     from elf.model import SIZES
-    from elf.report.figures import FIGURES
-    from elf.report.tables import TABLES
+    from elf.report.registry import FIGURES, TABLES
     from elf.validate import CONDITIONAL_METRIC_IDS
 
     assert tuple(SIZES) == BUILTIN_SIZES

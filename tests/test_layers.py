@@ -84,6 +84,6 @@ def test_no_import_runs_back_up(module):
 def test_the_checker_sees_an_upward_import(tmp_path):
     """The reading itself: a function-level import from a higher layer is found."""
     path = tmp_path / "probe.py"
-    path.write_text("def f():\n    from elf.report import loading\n    import elf.stages.train\n")
-    assert {"elf.report", "elf.report.loading", "elf.stages.train"} <= imported(path)
-    assert layer_of("elf.report.loading") > layer_of("elf.embed.store") > layer_of("elf.artifacts.names")
+    path.write_text("def f():\n    from elf.report import results\n    import elf.stages.train\n")
+    assert {"elf.report", "elf.report.results", "elf.stages.train"} <= imported(path)
+    assert layer_of("elf.report.results") > layer_of("elf.embed.store") > layer_of("elf.artifacts.names")

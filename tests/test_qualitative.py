@@ -11,9 +11,9 @@ from elf import plan
 from elf.config import parse_experiment
 from elf.artifacts.records import write_samples
 from elf.io import read_json, write_json
-from elf.report.figures import write_figure
-from elf.report.loading import MissingInputError
-from elf.report.qualitative import (figure_F8, figure_F18, load_qualitative, median_example)
+from elf.report.plotting import write_figure
+from elf.report.qualitative import draw_examples, draw_trajectory, load_qualitative, median_example
+from elf.report.results import MissingInputError
 
 PAPER = {"figures": [{"src": "F8", "per_example_metrics": {"uncond_gen_ppl": 20.9, "uncond_entropy": 5.2,
                                                             "translation_bleu": 71.2}}]}
@@ -67,7 +67,7 @@ def test_f8_shows_the_median_example_of_each_run_with_its_metrics(tmp_path):
     assert (base["i"], base["text"], base["metrics"]) == (2, "e f", {"gen_ppl": 20.0, "entropy": 3.0})
     assert (wmt["i"], wmt["source"], wmt["reference"]) == (1, "quelle 1", "reference 1")
     assert len(inputs["files"]) == 4 and all(len(f["sha256"]) == 64 for f in inputs["files"])
-    fig, shown = figure_F8(inputs, PAPER)
+    fig, shown = draw_examples(inputs, PAPER)
     assert list(shown["metric"]) == ["gen_ppl", "entropy", "bleu"]
     assert list(shown["ours"]) == [20.0, 3.0, 40.0] and list(shown["paper"]) == [20.9, 5.2, 71.2]
     png, csv = write_figure("F8", fig, shown, tmp_path / "out")
@@ -94,7 +94,7 @@ def test_f18_lists_every_recorded_step_of_sequence_0(tmp_path):
               "token_ids": [[1], [2]]} for k, t in enumerate((0.0, 0.5, 1.0))]
     write_json(tmp_path / "trajectories" / "base" / "ode.json", {"provenance": {"seed": 3}, "steps": steps})
     inputs = load_qualitative(experiment(), "F18", None, tmp_path / "trajectories")
-    fig, shown = figure_F18(inputs, {})
+    fig, shown = draw_trajectory(inputs, {})
     assert shown["text"].tolist() == ["text 0", "text 1", "text 2"]
     assert shown["t"].tolist() == [0.0, 0.5, 1.0] and shown["state"].iloc[-1] == "final"
     assert read_json(inputs["files"][0]["path"])["steps"] == steps

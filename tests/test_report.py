@@ -18,9 +18,12 @@ import yaml
 from elf import plan
 from elf.cli import main as elf_main
 from elf.config import parse_experiment
-from elf.report import figures, review, tables
-from elf.report.loading import (MissingInputError, figure_frame, load_paper_values, load_rows,
-                                all_pairs, match_paper, paper_points)
+from elf.report import cells, registry, review
+from elf.report.cells import TableInputs
+from elf.report.paper import load_paper_values, match_paper, paper_points
+from elf.report.plotting import FigureInputs
+from elf.report.render import draw, render_figure, render_table
+from elf.report.results import MissingInputError, all_pairs, figure_frame, load_rows
 
 PAPER_VALUES = Path(__file__).resolve().parent.parent / "config" / "paper_values.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -154,7 +157,7 @@ def setup(tmp_path):
 def figure_inputs(setup, figure_id):
     frame = figure_frame(setup["exp"], figure_id, setup["aggregates"])
     scores = {"owt": {"metrics": {"gen_ppl": 14.5, "entropy": 5.45}, "path": "owt.json"}}
-    return frame, figures.FigureInputs(figure_id, "title", frame, setup["points"], scores)
+    return frame, FigureInputs(figure_id, "title", frame, setup["points"], scores)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,11 +207,15 @@ def test_paper_matching_rule(setup):
 BAR_FIGURES = ("F1", "F7c", "F9b")
 
 
-@pytest.mark.parametrize("figure_id", [*(f for f in figures.FIGURES if f not in BAR_FIGURES),
-                                       "F99"])
+# The qualitative figures (F8 samples, F18 a trajectory) have theirs in tests/test_qualitative.py.
+QUALITATIVE = tuple(f for f, e in registry.FIGURES.items() if e.needs.samples or e.needs.trajectory)
+
+
+@pytest.mark.parametrize("figure_id", [*(f for f in registry.FIGURES
+                                         if f not in BAR_FIGURES + QUALITATIVE), "F99"])
 def test_figure_writes_png_and_csv_of_the_inputs(setup, figure_id):
     frame, inputs = figure_inputs(setup, figure_id)
-    png, csv = figures.render_figure(figure_id, inputs, setup["tmp"] / "figs", dpi=40)
+    png, csv = render_figure(figure_id, inputs, setup["tmp"] / "figs", dpi=40)
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 2000
     plotted = pd.read_csv(csv)
     ours = plotted[plotted["source"] == "ours"]
@@ -227,7 +234,7 @@ def test_figure_writes_png_and_csv_of_the_inputs(setup, figure_id):
 
 def test_frontier_draws_paper_values_as_reference(setup):
     _, inputs = figure_inputs(setup, "F4")
-    _, plotted = figures.FIGURES["F4"](inputs)
+    _, plotted = draw("F4", "figure", inputs)
     paper = plotted[plotted["source"] == "paper"].set_index("sc_cfg")
     assert paper.loc[1.0, "y"] == 65.30 and paper.loc[1.0, "x"] == 5.40
     assert paper.loc[3.0, "y"] == 26.62 and paper.loc[3.0, "x"] == 5.15
@@ -235,7 +242,7 @@ def test_frontier_draws_paper_values_as_reference(setup):
 
 def test_steps_figures_have_dataset_line_and_baselines(setup):
     _, inputs = figure_inputs(setup, "F7b")
-    _, plotted = figures.FIGURES["F7b"](inputs)
+    _, plotted = draw("F7b", "figure", inputs)
     dataset = plotted[plotted["source"] == "dataset"]
     assert list(dataset["y"]) == [14.5]
     baselines = plotted[plotted["source"] == "paper-baseline"]
@@ -247,7 +254,7 @@ def test_steps_figures_have_dataset_line_and_baselines(setup):
 
 def test_f17_panels_use_bleu_and_rouge(setup):
     _, inputs = figure_inputs(setup, "F17")
-    _, plotted = figures.FIGURES["F17"](inputs)
+    _, plotted = draw("F17", "figure", inputs)
     ours = plotted[plotted["source"] == "ours"]
     assert set(ours["y_name"]) == {"bleu", "rougeL"}
     bleu = ours[ours["y_name"] == "bleu"].set_index("x")["y"]
@@ -262,17 +269,17 @@ def test_f17_panels_use_bleu_and_rouge(setup):
 
 def table_of(setup, table_id):
     frame = figure_frame(setup["exp"], table_id, setup["aggregates"])
-    inputs = tables.TableInputs(table_id, "title", frame, setup["points"], setup["exp"],
+    inputs = TableInputs(table_id, "title", frame, setup["points"], setup["exp"],
                                 setup["paper_values"])
-    paths = tables.render_table(table_id, inputs, setup["tmp"] / "tables")
+    paths = render_table(table_id, inputs, setup["tmp"] / "tables")
     return {p.suffix: p.read_text() for p in paths}
 
 
 def test_fmt_pm_by_hand():
-    assert tables.fmt_pm(30.123, 1.456) == "30.12 ± 1.46"
-    assert tables.fmt_pm(5.15, 0.002) == "5.15 ± 0.002"
-    assert tables.fmt_pm(7.0) == "7.00"
-    assert tables.fmt_pm(None, 1.0) == tables.DASH
+    assert cells.fmt_pm(30.123, 1.456) == "30.12 ± 1.46"
+    assert cells.fmt_pm(5.15, 0.002) == "5.15 ± 0.002"
+    assert cells.fmt_pm(7.0) == "7.00"
+    assert cells.fmt_pm(None, 1.0) == cells.DASH
 
 
 def test_t9_mean_se_and_paper(setup):

@@ -10,9 +10,10 @@ import pytest
 
 from elf import plan
 from elf.config import parse_experiment
-from elf.report import review, tables
-from elf.report.loading import (all_pairs, dataset_layout, figure_frame, load_paper_values,
-                                load_rows, match_paper, paper_points)
+from elf.report import registry, review
+from elf.report.cells import TableInputs
+from elf.report.paper import load_paper_values, match_paper, paper_points
+from elf.report.results import all_pairs, dataset_layout, figure_frame, load_rows
 
 PAPER_VALUES = Path(__file__).resolve().parent.parent / "config" / "paper_values.yaml"
 COND = {"method": "ode", "steps": 64, "sc_cfg": 1.0, "input_cfg": 2.0}
@@ -92,7 +93,7 @@ def test_paper_test_values_and_readme_validation_values_match_only_their_split(s
 def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     exp, aggregates, points = setup
     frame = figure_frame(exp, "T1", aggregates)
-    table = tables.TABLES["T1"](tables.TableInputs("T1", "T1", frame, points, exp))
+    table = registry.template("T1", "table")(TableInputs("T1", "T1", frame, points, exp))
     md = table.to_markdown()
     assert "| ELF (released checkpoints) [R04_released, R05_released] | – | 26.25 | 36.25 | " \
            "12.25 | 28.25 | test |" in md
@@ -106,7 +107,7 @@ def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     comparisons = review.compare(rows, points)
     assert set(comparisons[comparisons["src"] == "README"]["split"]) == {"validation"}
     assert set(comparisons[comparisons["src"] == "T1"]["split"]) == {"test"}
-    doc = review.build_review(comparisons, review.unmatched(points, comparisons), [], "paper",
+    doc = review.build_review(comparisons, review.unmatched(points, comparisons), "", "paper",
                               data=[dataset_layout(exp, name) for name in exp.datasets])
     text = review.to_markdown(doc)
     assert "## Data and splits" in text and "wmt (translation): source ≤ 64 + target 64 tokens" in text

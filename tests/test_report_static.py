@@ -20,9 +20,12 @@ from elf.cli import main as elf_main
 from elf import plan
 from elf.config import parse_experiment
 from elf.model import ELF, ModelConfig
-from elf.report import figures, review, tables
-from elf.report.loading import (MissingInputError, figure_frame, load_paper_values,
-                                load_runs_meta, paper_points)
+from elf.report import cells, config_tables, render, review
+from elf.report.cells import TableInputs
+from elf.report.paper import load_paper_values, paper_points
+from elf.report.plotting import FigureInputs
+from elf.report.results import MissingInputError, figure_frame
+from elf.report.runs import load_runs_meta
 
 PAPER_VALUES = Path(__file__).resolve().parent.parent / "config" / "paper_values.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -52,7 +55,7 @@ def write_config(root: Path, name: str, run: dict, model: ModelConfig = TINY) ->
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps({
-        "model": dataclasses.asdict(model), "run": run,
+        "model": dataclasses.asdict(model), "run": run, "num_parameters": ELF(model).num_parameters(),
         "embedding": {"kind": "encoder", "encoder": "main"},
         "normalization_stats": {"count": STORE_TOKENS}}))
 
@@ -112,22 +115,22 @@ def setup(tmp_path):
 
 def render_table(setup, table_id) -> dict[str, str]:
     exp = setup["exp"]
-    inputs = tables.TableInputs(table_id, "title", figure_frame(exp, table_id, setup["aggregates"]),
+    inputs = TableInputs(table_id, "title", figure_frame(exp, table_id, setup["aggregates"]),
                                 setup["points"], exp, setup["paper_values"],
                                 load_runs_meta(setup["runs"], exp.figures[table_id].runs))
-    paths = tables.render_table(table_id, inputs, setup["tmp"] / "tables")
+    paths = render.render_table(table_id, inputs, setup["tmp"] / "tables")
     assert all(p.stat().st_size > 0 for p in paths)
     return {p.suffix: p.read_text() for p in paths}
 
 
 def render_figure(setup, figure_id) -> pd.DataFrame:
     exp = setup["exp"]
-    inputs = figures.FigureInputs(figure_id, "title",
+    inputs = FigureInputs(figure_id, "title",
                                   figure_frame(exp, figure_id, setup["aggregates"]),
                                   setup["points"], {},
                                   load_runs_meta(setup["runs"], exp.figures[figure_id].runs),
                                   setup["paper_values"])
-    png, csv = figures.render_figure(figure_id, inputs, setup["tmp"] / "figures", dpi=40)
+    png, csv = render.render_figure(figure_id, inputs, setup["tmp"] / "figures", dpi=40)
     assert png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 2000
     return pd.read_csv(csv)
 
@@ -153,15 +156,15 @@ def test_tables_without_runs_or_samplers_are_valid(setup):
 
 
 def test_same_setting_by_hand():
-    assert tables.same_setting("105M", 104_594_304, 0.01) == "yes"
-    assert tables.same_setting("342M", 342_554_400, 0.01) == "yes"   # within 1%
-    assert tables.same_setting("105M", 47_830, 0.01) == "no"
-    assert tables.same_setting("Muon", "muon", 0) == "yes"
-    assert tables.same_setting([0.5, 5.0], [0.5, 5.0], 0) == "yes"
-    assert tables.same_setting([0.8, 0.2], [0.5, 0.5], 0) == "no"
-    assert tables.same_setting(0.9999, 0.999, 0) == "no"
-    assert tables.same_setting(5, 4.96, 0.01) == "yes" and tables.same_setting(5, 4.9, 0.01) == "no"
-    assert tables.same_setting("T5-small", "encoder", None) == tables.DASH
+    assert cells.same_setting("105M", 104_594_304, 0.01) == "yes"
+    assert cells.same_setting("342M", 342_554_400, 0.01) == "yes"   # within 1%
+    assert cells.same_setting("105M", 47_830, 0.01) == "no"
+    assert cells.same_setting("Muon", "muon", 0) == "yes"
+    assert cells.same_setting([0.5, 5.0], [0.5, 5.0], 0) == "yes"
+    assert cells.same_setting([0.8, 0.2], [0.5, 0.5], 0) == "no"
+    assert cells.same_setting(0.9999, 0.999, 0) == "no"
+    assert cells.same_setting(5, 4.96, 0.01) == "yes" and cells.same_setting(5, 4.9, 0.01) == "no"
+    assert cells.same_setting("T5-small", "encoder", None) == cells.DASH
 
 
 # --------------------------------------------------------------------------------------------------
@@ -199,7 +202,7 @@ def test_t6_counts_the_runs_network_and_epochs(setup):
 
 def test_our_network_at_the_paper_sizes_has_the_papers_parameter_count():
     for size, paper in (("ELF-B", 105e6), ("ELF-M", 342e6), ("ELF-L", 652e6)):
-        assert abs(tables.paper_dims_params(size) - paper) <= 0.01 * paper, size
+        assert abs(config_tables.paper_dims_params(size) - paper) <= 0.01 * paper, size
 
 
 def test_t7_compares_d0_with_the_runs_settings(setup):
@@ -216,7 +219,7 @@ def test_t7_compares_d0_with_the_runs_settings(setup):
     assert rows["Epochs"][2:] == ["5", f"{BASE_TOKENS / STORE_TOKENS:.4g}", "no"]
     config = json.loads((setup["runs"] / "base" / "config.json").read_text())
     config["run"]["budget"]["batch_size"] = 512  # 0.001 × 512 / 256 = the paper's 0.002
-    items = {i["key"]: i for i in tables.d0_items(config, setup["paper_values"]["table_7"])}
+    items = {i["key"]: i for i in config_tables.d0_items(config, setup["paper_values"]["table_7"])}
     assert items["learning_rate"]["same"] == "yes" and items["global_batch_size"]["same"] == "yes"
 
 

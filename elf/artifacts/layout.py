@@ -39,8 +39,12 @@ def scores_dir(folder: str | Path, sampler: str) -> Path:
     return Path(folder) / "scores" / sampler
 
 
+def aggregates_dir(folder: str | Path) -> Path:
+    return Path(folder) / "aggregates"
+
+
 def aggregate_file(folder: str | Path, sampler: str) -> Path:
-    return Path(folder) / "aggregates" / f"{sampler}.json"
+    return aggregates_dir(folder) / f"{sampler}.json"
 
 
 def samples_path(folder: str | Path, sampler: str, seed: int) -> Path:
@@ -64,11 +68,11 @@ def run_weights(runs_root: str | Path, run: str) -> Path:
     return run_dir(runs_root, run) / EMA_WEIGHTS
 
 
-def run_config(runs_root: str | Path, run: str) -> Path:
+def run_config_file(runs_root: str | Path, run: str) -> Path:
     return run_dir(runs_root, run) / RUN_CONFIG
 
 
-def run_tokens(runs_root: str | Path, run: str) -> Path:
+def run_tokens_file(runs_root: str | Path, run: str) -> Path:
     return run_dir(runs_root, run) / TOKENS_FILE
 
 
@@ -98,11 +102,16 @@ def kind_dir(out: str | Path, kind: str) -> Path:
     return Path(out) / KIND_DIRS[kind]
 
 
-def rendered_files(out: str | Path, figure_id: str, kind: str, pdf: bool = False) -> list[Path]:
-    """The files a figure (PNG, plotted numbers as CSV[, PDF]) or table (CSV, Markdown, LaTeX) is
-    rendered to."""
+def rendered_names(figure_id: str, kind: str, pdf: bool = False) -> list[str]:
+    """The names of the files a figure (PNG, plotted numbers as CSV[, PDF]) or a table (CSV,
+    Markdown, LaTeX) is rendered to."""
     suffixes = RENDERED_SUFFIXES[kind] + ((".pdf",) if pdf and kind == "figure" else ())
-    return [kind_dir(out, kind) / f"{figure_id}{suffix}" for suffix in suffixes]
+    return [f"{figure_id}{suffix}" for suffix in suffixes]
+
+
+def rendered_files(out: str | Path, figure_id: str, kind: str, pdf: bool = False) -> list[Path]:
+    """The rendered files of a figure or table under the report root ``out``."""
+    return [kind_dir(out, kind) / name for name in rendered_names(figure_id, kind, pdf)]
 
 
 def sidecar_path(out: str | Path, figure_id: str, kind: str) -> Path:

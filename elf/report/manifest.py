@@ -20,20 +20,11 @@ from typing import Iterable
 
 import pandas as pd
 
+from elf.artifacts.layout import MANIFEST, sidecar_path
+from elf.artifacts.names import (PROVENANCE, SCORES, SIDECAR_AGGREGATES, SIDECAR_DATASET_SCORES,
+                                 SIDECAR_FILES, SIDECAR_PAPER_VALUES, SIDECAR_RUN_METADATA, SIDECAR_SHOWN)
 from elf.io import atomic_path, provenance, read_json, sha256_file, write_json
-from elf.report.loading import MissingInputError
-
-MANIFEST_NAME = "all"
-KIND_DIRS = {"figure": "figures", "table": "tables"}
-
-
-def kind_dir(out_dir: str | Path, kind: str) -> Path:
-    """``out/figures`` or ``out/tables``."""
-    return Path(out_dir) / KIND_DIRS[kind]
-
-
-def sidecar_path(out_dir: str | Path, figure_id: str, kind: str) -> Path:
-    return kind_dir(out_dir, kind) / f"{figure_id}.json"
+from elf.report.results import MissingInputError
 
 
 def _file_entry(path: Path, out_dir: Path) -> dict:
@@ -46,10 +37,10 @@ def aggregate_entries(frame: pd.DataFrame) -> list[dict]:
     if frame.empty:
         return entries
     for _, row in frame.drop_duplicates("aggregate_path").iterrows():
-        source = read_json(row["aggregate_path"]).get("provenance", {})
+        source = read_json(row["aggregate_path"]).get(PROVENANCE, {})
         entries.append({"path": row["aggregate_path"], "sha256": row["aggregate_sha256"],
                         "run": row["run"], "sampler": row["sampler"],
-                        "scores": source.get("scores", [])})
+                        SCORES: source.get(SCORES, [])})
     return entries
 
 
@@ -60,13 +51,13 @@ def write_sidecar(out_dir: str | Path, figure_id: str, kind: str, title: str,
     out_dir = Path(out_dir)
     record = {
         "id": figure_id, "kind": kind, "title": title,
-        "files": [_file_entry(Path(f), out_dir) for f in files],
-        "aggregates": aggregate_entries(frame),
-        "dataset_scores": [{"dataset": name, "path": s["path"], "sha256": s["sha256"]}
-                           for name, s in dataset_scores.items()],
-        "paper_values": {"path": str(paper_values_path),
-                         "sha256": sha256_file(paper_values_path)},
-        "provenance": provenance(),
+        SIDECAR_FILES: [_file_entry(Path(f), out_dir) for f in files],
+        SIDECAR_AGGREGATES: aggregate_entries(frame),
+        SIDECAR_DATASET_SCORES: [{"dataset": name, "path": s["path"], "sha256": s["sha256"]}
+                                 for name, s in dataset_scores.items()],
+        SIDECAR_PAPER_VALUES: {"path": str(paper_values_path),
+                               "sha256": sha256_file(paper_values_path)},
+        PROVENANCE: provenance(),
     }
     path = sidecar_path(out_dir, figure_id, kind)
     write_json(path, record)
@@ -92,29 +83,29 @@ def _id_section(out_dir: Path, figure_id: str, kind: str, title: str) -> list[st
                                 f"it is made by {rule}")
     record = read_json(sidecar)
     lines = [f"## {figure_id} — {title} ({kind})", "", "Files:"]
-    for entry in record["files"]:
+    for entry in record[SIDECAR_FILES]:
         path = out_dir / entry["path"]
         role = " (plotted numbers)" if kind == "figure" and path.suffix == ".csv" else ""
         lines.append(f"- `{path.as_posix()}`  sha256 {_check(path, entry['sha256'], rule)}{role}")
     lines.append(f"- `{sidecar.as_posix()}`  sha256 {sha256_file(sidecar)} (provenance)")
     lines += ["", "Numbers from:"]
-    for agg in record["aggregates"]:
+    for agg in record[SIDECAR_AGGREGATES]:
         digest = _check(Path(agg["path"]), agg["sha256"], rule)
         lines.append(f"- `{agg['path']}`  sha256 {digest} (run {agg['run']}, sampler "
                      f"{agg['sampler']})")
         lines += [f"  - scores `{s.get('path')}`  sha256 {s.get('sha256')}"
-                  for s in agg.get("scores", [])]
-    for meta in record.get("run_metadata", []):
+                  for s in agg.get(SCORES, [])]
+    for meta in record.get(SIDECAR_RUN_METADATA, []):
         digest = _check(Path(meta["path"]), meta["sha256"], rule)
         lines.append(f"- run metadata `{meta['path']}`  sha256 {digest} (run {meta['run']})")
-    for shown in record.get("qualitative_inputs", []):
+    for shown in record.get(SIDECAR_SHOWN, []):
         digest = _check(Path(shown["path"]), shown["sha256"], rule)
         lines.append(f"- shown `{shown['path']}`  sha256 {digest}")
-    if not record["aggregates"] and not record.get("run_metadata"):
+    if not record[SIDECAR_AGGREGATES] and not record.get(SIDECAR_RUN_METADATA):
         lines.append("- (no aggregates: built from the configuration and the paper's values)")
-    for ref in record.get("dataset_scores", []):
+    for ref in record.get(SIDECAR_DATASET_SCORES, []):
         lines.append(f"- dataset reference `{ref['path']}`  sha256 {ref['sha256']}")
-    paper = record["paper_values"]
+    paper = record[SIDECAR_PAPER_VALUES]
     lines += [f"- paper values `{paper['path']}`  sha256 {paper['sha256']}", ""]
     return lines
 
@@ -143,7 +134,7 @@ def write_manifest(figures: dict, out_dir: str | Path, review_files: Iterable[Pa
                    header: Iterable[str] = ()) -> Path:
     """Write ``out/all`` atomically (after everything else)."""
     text = build_manifest(figures, out_dir, review_files, header)
-    path = Path(out_dir) / MANIFEST_NAME
+    path = Path(out_dir) / MANIFEST
     with atomic_path(path) as tmp:
         tmp.write_text(text)
     return path

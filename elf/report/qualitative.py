@@ -11,8 +11,10 @@ Reads (never writes):
 - F18: ``<trajectories_root>/<run>/<sampler>.json`` (``elf trajectory``): sequence 0's decoded x̂ at
   each recorded time.
 
-    inputs = load_qualitative(exp, "F8", evals_root, trajectories_root)
-    fig, shown = QUALITATIVE_FIGURES["F8"](inputs, paper_values)
+    shown = load_qualitative(exp, "F8", evals_root, trajectories_root)
+    fig, points = draw_examples(shown, paper_values)
+
+Which of the two an id reads is its registry entry's ``needs`` (``samples`` or ``trajectory``).
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from elf import plan
-from elf.config import Experiment
+from elf.artifacts.layout import trajectory_path
+from elf.artifacts.names import PER_SAMPLE
 from elf.artifacts.records import read_samples
+from elf.config import Experiment
 from elf.io import read_json, sha256_file
-from elf.report.loading import MissingInputError, figure_pairs
+from elf.report import registry
+from elf.report.plotting import FigureInputs
+from elf.report.results import MissingInputError, figure_pairs
 
-QUALITATIVE_IDS = ("F8", "F18")
 MAIN_METRIC = {"unconditional": "gen_ppl", "translation": "bleu", "summarization": "rougeL"}
 SHOWN_METRICS = {"unconditional": ("gen_ppl", "entropy"), "translation": ("bleu",),
                  "summarization": ("rouge1", "rouge2", "rougeL")}
@@ -71,10 +76,10 @@ def load_examples(exp: Experiment, figure_id: str, evals_root: str | Path) -> li
         header, rows = read_samples(samples_path)
         score = read_json(scores_path)
         task = header.get("task", "unconditional")
-        if "per_sample" not in score:
+        if PER_SAMPLE not in score:
             raise MissingInputError(f"{scores_path} has no per-sample values: rerun the `evaluate` rule")
         try:
-            chosen = median_example(score["per_sample"], MAIN_METRIC[task])
+            chosen = median_example(score[PER_SAMPLE], MAIN_METRIC[task])
         except ValueError as err:  # e.g. every sample empty: nothing to show
             raise MissingInputError(f"{scores_path}: {err}; F8 has no example to show") from None
         row = next(r for r in rows if r.get("i") == chosen["i"])
@@ -82,7 +87,7 @@ def load_examples(exp: Experiment, figure_id: str, evals_root: str | Path) -> li
             run=run, sampler=sampler, seed=seed, task=task, i=chosen["i"], text=row["text"],
             source=row.get("source"), reference=row.get("reference"),
             metrics={m: chosen.get(m) for m in SHOWN_METRICS[task]},
-            n_examples=len(score["per_sample"]),
+            n_examples=len(score[PER_SAMPLE]),
             files=[{"path": str(samples_path), "sha256": sha256_file(samples_path)},
                    {"path": str(scores_path), "sha256": sha256_file(scores_path)}]))
     return examples
@@ -91,21 +96,23 @@ def load_examples(exp: Experiment, figure_id: str, evals_root: str | Path) -> li
 def load_trajectory(exp: Experiment, figure_id: str, trajectories_root: str | Path) -> dict:
     """F18: the trajectory file of the figure's first (run, sampler)."""
     run, sampler = figure_pairs(exp, figure_id)[0]
-    path = _need(Path(trajectories_root) / run / f"{sampler}.json",
+    path = _need(trajectory_path(trajectories_root, run, sampler),
                  f"the `trajectory` rule (run {run}, sampler {sampler})")
     return dict(run=run, sampler=sampler, blob=read_json(path),
                 files=[{"path": str(path), "sha256": sha256_file(path)}])
 
 
 def load_qualitative(exp: Experiment, figure_id: str, evals_root, trajectories_root) -> dict:
-    """What F8 or F18 reads: ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
-    if figure_id == "F8":
+    """What a qualitative figure reads (by its ``needs``: samples, as F8, or a trajectory, as F18):
+    ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
+    needs = registry.needs(figure_id, "figure")
+    if needs.samples:
         if not evals_root:
-            raise MissingInputError("F8 reads samples and scores: pass --evals-root")
+            raise MissingInputError(f"{figure_id} reads samples and scores: pass --evals-root")
         examples = load_examples(exp, figure_id, evals_root)
         return {"examples": examples, "files": [f for e in examples for f in e["files"]]}
     if not trajectories_root:
-        raise MissingInputError("F18 reads a trajectory: pass --trajectories-root")
+        raise MissingInputError(f"{figure_id} reads a trajectory: pass --trajectories-root")
     trajectory = load_trajectory(exp, figure_id, trajectories_root)
     return {"trajectory": trajectory, "files": trajectory["files"]}
 
@@ -130,7 +137,17 @@ def _text_panel(ax, title: str, blocks: list[tuple[str, str]]) -> None:
             transform=ax.transAxes)
 
 
-def figure_F8(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
+def examples_panels(inputs: FigureInputs) -> tuple[Figure, pd.DataFrame]:
+    """The registry's template for F8 (``draw_examples`` of what the figure reads)."""
+    return draw_examples(inputs.shown, inputs.paper_values)
+
+
+def trajectory_text(inputs: FigureInputs) -> tuple[Figure, pd.DataFrame]:
+    """The registry's template for F18 (``draw_trajectory`` of what the figure reads)."""
+    return draw_trajectory(inputs.shown, inputs.paper_values)
+
+
+def draw_examples(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
     """One example per task (run) with its own metrics, beside the numbers of the paper's F8."""
     paper = next((f.get("per_example_metrics", {}) for f in paper_values.get("figures", [])
                   if f.get("src") == "F8"), {})
@@ -158,7 +175,7 @@ def figure_F8(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
     return fig, pd.DataFrame(rows)
 
 
-def figure_F18(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
+def draw_trajectory(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
     """Sequence 0's decoded x̂ from t = 0 to t = 1 (the final state), one line per recorded step."""
     trajectory = inputs["trajectory"]
     steps = trajectory["blob"]["steps"]
@@ -172,5 +189,3 @@ def figure_F18(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
     fig.tight_layout()
     return fig, pd.DataFrame(rows)
 
-
-QUALITATIVE_FIGURES = {"F8": figure_F8, "F18": figure_F18}

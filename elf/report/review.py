@@ -1,7 +1,7 @@
 """The replication review: every paper value the configuration can reproduce, beside ours.
 
 ``compare(frame, points, ids_of_pair)`` pairs each paper value with each of our (run, sampler) rows
-that it matches (rule: ``elf.report.loading`` docstring, repeated in the review) and decides whether
+that it matches (rule: ``elf.report.paper`` docstring, repeated in the review) and decides whether
 the difference lies within the combined standard error, ``|ours − paper| ≤ sqrt(se_paper² + se_ours²)``
 (a missing SE counts as 0). ``build_review`` lays out the document: a summary (counts within/outside
 SE), a banner when ``scale == "embedded"`` (a small-scale run on generated corpora, not a replication),
@@ -26,10 +26,11 @@ import pandas as pd
 
 from elf.artifacts.layout import review_paths
 from elf.io import atomic_path
-from elf.report import tables
-from elf.report.loading import (BILLION, match_paper, our_token_bars, paper_pd_tokens,
-                                paper_tokens, reported_se)
-from elf.report.tables import DASH, fmt_pm, paper_pm
+from elf.report import cells, config_tables
+from elf.report.cells import DASH, fmt_pm, paper_pm
+from elf.report.paper import match_paper
+from elf.report.results import reported_se
+from elf.report.runs import BILLION, our_token_bars, paper_pd_tokens, paper_tokens
 
 MATCHING_RULE = [
     "the paper's model maps to the run's `paper_run` (T1 ELF-B De-En → R04, XSum → R05; T9 ELF-B → "
@@ -139,23 +140,23 @@ def _t6_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
     entries = {e["model"]: e for e in (paper_values.get("table_6") or {}).get("entries", [])}
     out = []
     for model, entry in entries.items():
-        params = tables.paper_dims_params(model)
-        same = tables.same_setting(entry["params"], params, PARAMS_TOLERANCE)
+        params = config_tables.paper_dims_params(model)
+        same = cells.same_setting(entry["params"], params, PARAMS_TOLERANCE)
         out.append(_check("T6", "arithmetic", f"{model} parameters, our network at the paper's dims",
-                          DASH, entry["params"], tables.count_text(params), same, "elf.model"))
+                          DASH, entry["params"], cells.count_text(params), same, "elf.model"))
     for run, meta in runs_meta.items():
-        record = tables.run_model_record(run, meta)
+        record = config_tables.run_model_record(run, meta)
         entry = entries.get(record["paper_model"])
         if entry is None:
             continue
         out.append(_check("T6", "configuration", f"{entry['model']} parameters", run,
-                          entry["params"], tables.count_text(record["params"]),
-                          tables.same_setting(entry["params"], record["params"], PARAMS_TOLERANCE),
+                          entry["params"], cells.count_text(record["params"]),
+                          cells.same_setting(entry["params"], record["params"], PARAMS_TOLERANCE),
                           record["path"]))
         epochs = record["epochs"]
         out.append(_check("T6", "configuration", f"{entry['model']} training epochs", run,
                           entry["owt_epochs"], DASH if epochs is None else f"{epochs:.2f}",
-                          tables.same_setting(entry["owt_epochs"], epochs, 0.01), record["path"]))
+                          cells.same_setting(entry["owt_epochs"], epochs, 0.01), record["path"]))
     return out
 
 
@@ -163,11 +164,11 @@ def _t7_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
     table_7 = paper_values.get("table_7") or {}
     out = []
     for run, meta in runs_meta.items():
-        for item in tables.d0_items(meta["config"], table_7):
+        for item in config_tables.d0_items(meta["config"], table_7):
             if item["same"] != DASH:
                 out.append(_check("T7", "configuration", item["name"], run,
-                                  tables.setting_cell(item["paper"]),
-                                  tables.setting_cell(item["ours"]), item["same"],
+                                  cells.setting_cell(item["paper"]),
+                                  cells.setting_cell(item["ours"]), item["same"],
                                   meta["config_path"]))
     return out
 
@@ -182,8 +183,8 @@ def _t8_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
             continue
         name = "ELF-B+PD (v2 Fig. 9b)" if bar.rounds else "ELF-B"
         out.append(_check("T8", "arithmetic", f"{name} training tokens (B)", bar.run,
-                          f"{paper / BILLION:.1f}", tables.tokens_b(bar.total),
-                          tables.same_setting(paper, bar.total, TOKENS_TOLERANCE), bar.path))
+                          f"{paper / BILLION:.1f}", cells.tokens_b(bar.total),
+                          cells.same_setting(paper, bar.total, TOKENS_TOLERANCE), bar.path))
     return out
 
 
@@ -235,7 +236,7 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: s
                  data: Iterable[str] = ()) -> Document:
     """Lay out the replication review (see module docstring); ``config_checks``: the rows of
     ``configuration_checks`` (a section of their own, apart from the measured comparisons);
-    ``data``: a line per dataset (``loading.dataset_layout``): origin, revisions, layout;
+    ``data``: a line per dataset (``results.dataset_layout``): origin, revisions, layout;
     ``trends``: the trend checks and training-seed spread as Markdown (``elf.report.trends``)."""
     checks = config_checks if config_checks is not None else pd.DataFrame(columns=CHECK_COLUMNS)
     same = int((checks["same"] == "yes").sum())

@@ -278,18 +278,21 @@ def launcher(resources):
 
 # ---- report: run metadata (config.json, tokens.json) of the configuration tables and token bars ----
 
-def reads_run_metadata(fid):
-    """Whether an id reads the runs' metadata (imported here, not at parse time: the report
-    package pulls in pandas, and every Slurm job parses this file)."""
-    from elf.report.loading import RUN_METADATA_IDS
+def needs(fid):
+    """What a figure or table reads (its entry in elf/report/registry.py, a light module)."""
+    from elf.report.registry import needs as registry_needs
 
-    return fid in RUN_METADATA_IDS
+    return registry_needs(fid, EXP.figures[fid].kind)
+
+
+def reads_run_metadata(fid):
+    return needs(fid).run_metadata
 
 
 def run_metadata_for(fid):
-    """The checkpoints whose metadata a figure or table reads (T6/T7/T8/F7c/F9b): each run's
-    ema.safetensors (its rule's output; config.json sits beside it) and, for distillation rounds,
-    tokens.json (an output of the distill rule)."""
+    """The checkpoints whose metadata a figure or table reads: each run's ema.safetensors (its
+    rule's output; config.json sits beside it) and, for distillation rounds, tokens.json (an output
+    of the distill rule)."""
     if not reads_run_metadata(fid):
         return []
     runs = EXP.figures[fid].runs
@@ -298,12 +301,12 @@ def run_metadata_for(fid):
 
 
 def qualitative_inputs(fid):
-    """What the qualitative figures show: F8 the first seed's samples and scores of its (run,
-    sampler) pairs (their evaluation folders), F18 a trajectory (the `trajectory` rule)."""
+    """What a qualitative figure shows: the first seed's samples and scores of its (run, sampler)
+    pairs (their evaluation folders), or a trajectory (the `trajectory` rule)."""
     pairs = plan.figure_pairs(EXP, fid)
-    if fid == "F8":
+    if needs(fid).samples:
         return plan.eval_dirs_of(f"{R}/evals", EXP, pairs)
-    if fid == "F18":
+    if needs(fid).trajectory:
         return [f"{R}/trajectories/{run}/{sampler}.json" for run, sampler in pairs[:1]]
     return []
 
@@ -314,7 +317,7 @@ def qualitative_inputs(fid):
 def dataset_settings(name):
     """A dataset's settings as the stages get them: without `embed_shards`, which only schedules
     embed jobs (the store is the same for any value), so changing it reruns nothing."""
-    from elf.stages.prepare import content_settings
+    from elf.config import content_settings
 
     return content_settings(EXP.datasets[name])
 

@@ -18,14 +18,14 @@ rule figure:
     conda:
         ENV
     input:
-        code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
+        code("report", "plan.py", "model.py", "stages/report.py"),  # parameter counts at paper dims
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         evals=lambda w: evals_for(w.fid),
         # token bars (F7c, F9b) draw no Dataset line
         dataset=lambda w: [] if reads_run_metadata(w.fid) else dataset_scores_for(w.fid),
         runs=lambda w: run_metadata_for(w.fid),
-        shown=lambda w: qualitative_inputs(w.fid),  # F8, F18
+        shown=lambda w: qualitative_inputs(w.fid),
     output:
         png=in_report(f"{P}/figures/{{fid}}.png", "PNG"),
         csv=f"{P}/figures/{{fid}}.csv",
@@ -46,7 +46,7 @@ rule table:
     conda:
         ENV
     input:
-        code("report", "stages/distill.py", "model.py"),  # token arithmetic, parameter counts
+        code("report", "plan.py", "model.py", "stages/report.py"),  # parameter counts at paper dims
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         evals=lambda w: evals_for(w.fid),
@@ -73,7 +73,7 @@ rule review:
     conda:
         ENV
     input:
-        code("report", "stages/distill.py", "model.py", "plan.py"),  # token arithmetic, parameter counts
+        code("report", "plan.py", "model.py", "stages/report.py"),
         EXPERIMENT_FILE,
         "config/paper_values.yaml",
         plan.eval_dirs_of(f"{R}/evals", EXP, plan.review_pairs(EXP)),
