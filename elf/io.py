@@ -2,7 +2,9 @@
 
 A stage never leaves a half-written output behind: it writes into a temporary sibling and renames it
 into place only when complete (``atomic_path`` / ``atomic_dir``); a log grows by whole lines
-(``append_line``). ``output_lock`` keeps a second writer off an output another process is writing.
+(``append_line``), a resumable JSONL file by whole batches of lines (``append_jsonl``; read back by
+``resume_jsonl``, restarted by ``rewrite_jsonl``). ``output_lock`` keeps a second writer off an
+output another process is writing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from elf import __version__
 from elf.errors import ElfError
@@ -74,6 +76,47 @@ def append_line(path: str | os.PathLike, line: str) -> None:
         os.write(fd, (line.rstrip("\n") + "\n").encode())
     finally:
         os.close(fd)
+
+
+def _jsonl(objects) -> str:
+    return "".join(json.dumps(obj, ensure_ascii=False) + "\n" for obj in objects)
+
+
+def rewrite_jsonl(path: str | os.PathLike, first: dict, rows: list[dict]) -> None:
+    """Replace a resumable JSONL file (a first line, then rows) in one rename."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(_jsonl([first, *rows]), encoding="utf-8")
+
+
+def append_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
+    """Append rows to a resumable JSONL file in one ``write`` (a kill leaves whole batches, or a
+    torn last line that ``resume_jsonl`` drops)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, _jsonl(rows).encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def resume_jsonl(path: str | os.PathLike, accept: Callable[[dict], bool]) -> list[dict]:
+    """The rows of a resumable JSONL file whose first line ``accept`` takes (an earlier run with the
+    same inputs), up to a line cut by a kill; [] when there is no file, or it is another run's."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    try:
+        if not lines or not accept(json.loads(lines[0])):
+            return []
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        return []
+    rows = []
+    for line in lines[1:]:
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by the kill
+            break
+    return rows
 
 
 @contextlib.contextmanager

@@ -21,7 +21,8 @@ from elf.decoder import (DecoderConfig, DecoderDraws, SeparateDecoder, corrupt, 
                          draw_corruption)
 from elf.artifacts.records import read_samples
 from elf.flow.objective import draw_step, training_step
-from elf.stages.decoder import cosine_lr, load_decoder
+from elf.train.checkpoint import load_decoder
+from elf.train.decoder import cosine_lr
 from elf.train.checkpoint import model_meta, save_final
 from tests.helpers import tiny_data, tiny_model
 from tests.test_store import make_tokens, write_store
@@ -215,7 +216,7 @@ def sample(root, out, *extra):
 
 def test_sampling_decodes_with_the_separate_decoder(assets, tmp_path):
     from elf.flow.samplers import postprocess, rollout
-    from elf.stages.sample import batch_generator
+    from elf.flow.sampling import batch_generator
     from elf.train.checkpoint import load_model
 
     root, _ = assets

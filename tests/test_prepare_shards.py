@@ -1,4 +1,4 @@
-"""Sharded, parallel, resumable ``elf prepare`` (elf/stages/prepare.py, StreamPacker in elf/data/pack.py).
+"""Sharded, parallel, resumable ``elf prepare`` (elf/stages/prepare.py, elf/data/shards.py, StreamPacker in elf/data/pack.py).
 
 On the embedded corpora and a tokenizer trained here. Expected values are computed independently:
 the raw train documents are cut into contiguous shards with ``np.array_split`` and each shard is
@@ -19,6 +19,7 @@ from elf.data.loaders import load_raw
 from elf.data.pack import StreamPacker, pack_token_streams
 from elf.data.tokenizer import load_tokenizer, train_tokenizer
 from elf.io import read_json
+from elf.data import shards
 from elf.stages import prepare
 
 OWT = dict(task="unconditional", source="embedded", name="owt", max_length=32)
@@ -147,18 +148,18 @@ class Killed(Exception):
 def plan(inputs, parts, **overrides):
     settings = DatasetSettings(**(OWT | {"prepare_shards": 3} | overrides))
     raw = load_raw(settings, inputs / "corpora")
-    return prepare.plan_shards(raw, settings, parts, "tok"), settings
+    return shards.plan_shards(raw, settings, parts, "tok"), settings
 
 
 def gathered_train(jobs):
-    data, _ = prepare.gather_split([j for j in jobs if j.split == "train"])
+    data, _ = shards.gather_split([j for j in jobs if j.split == "train"])
     return rows(data)
 
 
 def test_killed_run_redoes_unfinished_shards_and_skips_finished_ones(inputs, tmp_path):
     tok = load_tokenizer(str(inputs / "tokenizer"))
     clean, settings = plan(inputs, tmp_path / "clean")
-    prepare.run_shards(clean, settings, tok)
+    shards.run_shards(clean, settings, tok)
 
     jobs, _ = plan(inputs, tmp_path / "parts")
     train = [j for j in jobs if j.split == "train"]
@@ -167,38 +168,38 @@ def test_killed_run_redoes_unfinished_shards_and_skips_finished_ones(inputs, tmp
         raise Killed
 
     with pytest.raises(Killed):
-        prepare.run_shards(jobs, settings, tok, after_shard=kill_after_first)
+        shards.run_shards(jobs, settings, tok, after_shard=kill_after_first)
     assert [j.done() for j in train] == [True, False, False]
     train[1].path.write_bytes(b"half-written")               # a shard killed mid-write: no marker
     stale = read_json(train[0].marker)                        # and a finished shard from other inputs:
     (train[2].marker).write_text(json.dumps(stale))            # its marker's identity does not match
     train[2].path.write_bytes(train[0].path.read_bytes())
 
-    packed_now = prepare.run_shards(jobs, settings, tok)
+    packed_now = shards.run_shards(jobs, settings, tok)
     assert {(j.split, j.index) for j in packed_now} == {("train", 1), ("train", 2), ("validation", 0),
                                                          ("test", 0)}
     got, want = gathered_train(jobs), gathered_train(clean)
     for column in COLUMNS:
         np.testing.assert_array_equal(got[column], want[column], err_msg=column)
-    assert prepare.run_shards(jobs, settings, tok) == []      # everything done: nothing repacked
+    assert shards.run_shards(jobs, settings, tok) == []      # everything done: nothing repacked
 
 
 def test_changed_settings_repack_every_shard(inputs, tmp_path):
     tok = load_tokenizer(str(inputs / "tokenizer"))
     jobs, settings = plan(inputs, tmp_path / "parts")
-    prepare.run_shards(jobs, settings, tok)
+    shards.run_shards(jobs, settings, tok)
     longer, settings = plan(inputs, tmp_path / "parts", max_length=40)
-    assert len(prepare.run_shards(longer, settings, tok)) == len(longer)
+    assert len(shards.run_shards(longer, settings, tok)) == len(longer)
 
 
 def test_gather_refuses_a_missing_shard_and_names_it(inputs, tmp_path):
     tok = load_tokenizer(str(inputs / "tokenizer"))
     jobs, settings = plan(inputs, tmp_path / "parts")
-    prepare.run_shards(jobs, settings, tok)
+    shards.run_shards(jobs, settings, tok)
     train = [j for j in jobs if j.split == "train"]
     train[2].marker.unlink()
-    with pytest.raises(prepare.ShardError) as err:
-        prepare.gather_split(train)
+    with pytest.raises(shards.ShardError) as err:
+        shards.gather_split(train)
     message = str(err.value)
     assert "train shard 2 of 3" in message and str(train[2].path) in message
     assert "1 of 3 shards not done" in message and "shard 0" not in message

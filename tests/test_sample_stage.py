@@ -12,12 +12,12 @@ import json
 import pytest
 import torch
 
-import elf.stages.sample as sample_stage
+import elf.flow.sampling as sampling
 from elf.cli import main
 from elf.config import DatasetSettings, EmbeddingSettings, RunSettings, SamplerSettings, to_dict
 from elf.artifacts.records import read_samples
 from elf.flow.samplers import time_grid
-from elf.stages.trajectory import closest_steps
+from elf.flow.sampling import closest_steps
 from elf.train.checkpoint import model_meta, save_final
 from tests.helpers import TINY, tiny_model
 
@@ -112,7 +112,7 @@ def test_several_seeds_in_one_call_equal_one_call_each(assets, tmp_path):
 def test_several_seeds_resume_after_a_kill_and_drop_unasked_seeds(assets, tmp_path, monkeypatch):
     out = tmp_path / "sde3"
     assert sample_seeds(assets, tmp_path / "ref", [0, 1]) == 0
-    real, calls = sample_stage._sample_batch, []
+    real, calls = sampling.sample_batch, []
 
     def failing(*args, **kwargs):
         if len(calls) == 3:  # seed 0 (2 batches) done, seed 1's first batch done
@@ -120,14 +120,14 @@ def test_several_seeds_resume_after_a_kill_and_drop_unasked_seeds(assets, tmp_pa
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sample_stage, "_sample_batch", failing)
+    monkeypatch.setattr(sampling, "sample_batch", failing)
     with pytest.raises(Interrupt):
         sample_seeds(assets, out, [0, 1])
     staging = tmp_path / "sde3.partial"
     assert not out.exists() and (staging / "seed0.jsonl").exists()
     assert (staging / "seed1.jsonl.partial").exists()
     (staging / "seed7.jsonl").write_text("from an older seed list")
-    monkeypatch.setattr(sample_stage, "_sample_batch", real)
+    monkeypatch.setattr(sampling, "sample_batch", real)
     seen = counting(monkeypatch)
     assert sample_seeds(assets, out, [0, 1]) == 0
     assert seen == [(2, 4)]  # only seed 1's second batch was left
@@ -149,7 +149,7 @@ class Interrupt(RuntimeError):
 
 def interrupted_run(assets, out, monkeypatch, batches_before_failure=1, batch_size=2):
     """Run the stage with a failure in batch ``batches_before_failure`` (0-based)."""
-    real = sample_stage._sample_batch
+    real = sampling.sample_batch
     calls = []
 
     def failing(*args, **kwargs):
@@ -158,20 +158,20 @@ def interrupted_run(assets, out, monkeypatch, batches_before_failure=1, batch_si
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sample_stage, "_sample_batch", failing)
+    monkeypatch.setattr(sampling, "sample_batch", failing)
     with pytest.raises(Interrupt):
         sample(assets, out, batch_size=batch_size)
-    monkeypatch.setattr(sample_stage, "_sample_batch", real)
+    monkeypatch.setattr(sampling, "sample_batch", real)
 
 
 def counting(monkeypatch):
-    real, seen = sample_stage._sample_batch, []
+    real, seen = sampling.sample_batch, []
 
-    def spy(model, meta, s, tokenizer, lo, hi, *rest):
+    def spy(job, lo, hi, *rest):
         seen.append((lo, hi))
-        return real(model, meta, s, tokenizer, lo, hi, *rest)
+        return real(job, lo, hi, *rest)
 
-    monkeypatch.setattr(sample_stage, "_sample_batch", spy)
+    monkeypatch.setattr(sampling, "sample_batch", spy)
     return seen
 
 
@@ -230,7 +230,7 @@ def test_trajectory_records_closest_steps_and_ends_on_the_samples(assets, tmp_pa
     assert trajectory(assets, out, "0,0.1,0.3,0.5,0.9,1", sampler) == 0
     blob = json.loads(out.read_text())
     prov, steps = blob["provenance"], blob["steps"]
-    g = sample_stage.batch_generator(3, 0)
+    g = sampling.batch_generator(3, 0)
     torch.randn(2, TINY["max_length"], TINY["d"], generator=g)  # the initial noise comes first
     grid = time_grid(SamplerSettings(**sampler), g).tolist()
     assert prov["grid"] == pytest.approx(grid) and prov["seed"] == 3
@@ -285,10 +285,8 @@ def test_rollout_runs_under_the_precision_policy(assets, tmp_path, monkeypatch, 
 
 
 def test_rollout_precision_defaults_to_the_checkpoints_policy():
-    from argparse import Namespace
-
     policy, fp32 = SamplerSettings(), SamplerSettings(precision="fp32")
     trained_bf16 = {"precision": "bf16"}
-    assert sample_stage.rollout_precision(Namespace(precision=None), policy, trained_bf16) == "bf16"
-    assert sample_stage.rollout_precision(Namespace(precision=None), policy, {}) == "fp32"
-    assert sample_stage.rollout_precision(Namespace(precision="bf16"), fp32, trained_bf16) == "fp32"
+    assert sampling.rollout_precision(None, policy, trained_bf16) == "bf16"
+    assert sampling.rollout_precision(None, policy, {}) == "fp32"
+    assert sampling.rollout_precision("bf16", fp32, trained_bf16) == "fp32"

@@ -85,7 +85,8 @@ SCORER = "scorer"                    # a score's provenance: the scorer folder o
 SCORER_SHA256 = "scorer_sha256"      # ... the sha256 of a local scorer folder's files
 SCORER_CONFIG_SHA256 = "scorer_config_sha256"  # ... or a Hub scorer's config
 REFERENCE_KIND = "reference_texts"   # the samples header of scored real text ("Dataset" line)
-TEXTS_SHA256 = "texts_sha256"        # ... and the hash of those texts
+TEXTS_SHA256 = "texts_sha256"        # ... the hash of those texts, and the tokenizer that decoded
+REFERENCE_TOKENIZER = "tokenizer"    # ... them from the rows' token ids (None: a text column)
 
 # The samples header (first line of a samples file), `elf sample`
 HEADER_CHECKPOINT = "checkpoint"

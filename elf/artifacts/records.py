@@ -19,7 +19,9 @@ import json
 import os
 from pathlib import Path
 
-from elf.artifacts.names import (PROVENANCE, PROVENANCE_FILE, SCORER_CONFIG_SHA256, SCORER_SHA256,
+from elf.artifacts.names import (HEADER_CHECKPOINT, HEADER_CHECKPOINT_SHA256, HEADER_DECODER_SHA256,
+                                 HEADER_RUN_CONFIG_SHA256, HEADER_SAMPLE_INPUTS, HEADER_STORE_IDENTITY,
+                                 PROVENANCE, PROVENANCE_FILE, SCORER_CONFIG_SHA256, SCORER_SHA256,
                                  TOKENS_ROUNDS, TOKENS_TEACHER_SEEN)
 from elf.io import atomic_path, sha256_file, sha256_json
 
@@ -72,6 +74,27 @@ def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict]]:
         raise SamplesFormatError(f"{path}: its header says n={expected}, the file holds {len(rows)} "
                                  "samples (cut or edited)")
     return header, rows
+
+
+def samples_header(*, checkpoint: str, checkpoint_sha256: str, run: str, run_config_sha256: str,
+                   sampler: str, sampler_settings: dict, precision: str, n: int, batch_size: int,
+                   task: str, seed: int, eval_store: str | None = None, eval_tokens: str | None = None,
+                   eval_split: str | None = None, eval_store_identity: str | None = None,
+                   decoder: str | None = None, decoder_sha256: str | None = None) -> dict:
+    """The header of one seed's samples file (``elf.io.provenance`` adds the command and code
+    version): what was sampled, from which checkpoint and inputs, with which settings."""
+    return {HEADER_CHECKPOINT: checkpoint, HEADER_CHECKPOINT_SHA256: checkpoint_sha256, "run": run,
+            HEADER_RUN_CONFIG_SHA256: run_config_sha256, "sampler": sampler,
+            "sampler_settings": sampler_settings, "precision": precision, "n": n,
+            "batch_size": batch_size, "task": task, "eval_store": eval_store,
+            "eval_tokens": eval_tokens, "eval_split": eval_split,
+            HEADER_STORE_IDENTITY: eval_store_identity, "decoder": decoder,
+            HEADER_DECODER_SHA256: decoder_sha256, "seed": seed}
+
+
+def same_sample_inputs(old: dict, header: dict) -> bool:
+    """Whether samples with header ``old`` are the rows ``header`` asks for (resume, reuse)."""
+    return all(old.get(key) == header[key] for key in HEADER_SAMPLE_INPUTS)
 
 
 def read_samples_header(path: str | os.PathLike) -> dict:

@@ -7,12 +7,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from elf.artifacts.names import (METRICS, PER_SEED, PROVENANCE, PROVENANCE_FILE, REFERENCE_KIND,
-                                 SAMPLES_HEADER, SAMPLES_SHA256, SCORED_SAMPLES, SCORER,
-                                 SCORER_CONFIG_SHA256, SCORER_SHA256, SCORES, SIDECAR_AGGREGATES,
+from elf.artifacts.names import (HEADER_CHECKPOINT, HEADER_CHECKPOINT_SHA256, HEADER_RUN_CONFIG_SHA256,
+                                 METRICS, PER_SEED, PROVENANCE, PROVENANCE_FILE, REFERENCE_KIND,
+                                 REFERENCE_TOKENIZER, SAMPLES_HEADER, SAMPLES_SHA256, SCORED_SAMPLES,
+                                 SCORER, SCORER_CONFIG_SHA256, SCORER_SHA256, SCORES, SIDECAR_AGGREGATES,
                                  SIDECAR_DATASET_SCORES, SIDECAR_FILES, SIDECAR_PAPER_VALUES,
-                                 TEXTS_SHA256, HEADER_CHECKPOINT, HEADER_CHECKPOINT_SHA256,
-                                 HEADER_RUN_CONFIG_SHA256)
+                                 TEXTS_SHA256)
 from elf.artifacts.records import read_samples_header, scorer_fingerprint, texts_sha256
 from elf.audit.base import TracerBase
 from elf.audit.links import BROKEN, MISSING, NAMED, AuditError, Link
@@ -166,7 +166,7 @@ class ResultLinks(TracerBase):
         return link
 
     def reference_texts(self, data: dict, named_by: str) -> Link:
-        from elf.evaluate.samples import SamplesFormatError, read_text_column
+        from elf.evaluate.samples import SamplesFormatError, reference_texts
 
         source = self.resolve(data.get("dataset", ""))
         link = Link("reference texts", str(source), recorded=data.get(TEXTS_SHA256), named_by=named_by,
@@ -175,13 +175,23 @@ class ResultLinks(TracerBase):
             link.fail(MISSING, f"reference dataset not found (named by {named_by})")
             return link
         try:
-            texts, _ = read_text_column(source, (data.get("split") or "test",), data.get("n"))
+            texts, _, _ = reference_texts(source, data.get("split") or "test", data.get("n"),
+                                          self.tokenizer_of(data.get(REFERENCE_TOKENIZER)))
         except (SamplesFormatError, OSError, ValueError) as err:
             link.fail(BROKEN, f"cannot read the reference texts: {err}")
             return link
         link.sha256 = texts_sha256(texts)
         self.compare(link, link.sha256, link.recorded)
         return link
+
+    def tokenizer_of(self, ref: str | None):
+        """The tokenizer that decoded reference rows (None: they were a text column)."""
+        if not ref:
+            return None
+        from elf.data.tokenizer import load_tokenizer
+        from elf.hub import is_hub_ref
+
+        return load_tokenizer(ref if is_hub_ref(ref) else str(self.resolve(ref)))
 
     def samples(self, path: str | Path, recorded: str | None, named_by: str | None,
                 expected_header: dict | None = None, is_root: bool = False) -> Link:

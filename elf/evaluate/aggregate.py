@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+from elf.artifacts.names import PER_SEED
 from elf.evaluate.textmetrics import ROUGE_TYPES, mean_and_se
 
 ONE_SEED_NOTE = "one seed only: no spread across seeds to estimate; se set to 0.0"
@@ -29,7 +30,7 @@ def aggregate_values(per_seed: Mapping[str, float | None]) -> dict:
     """``{"mean", "se", "n", "per_seed"}`` (+ ``se_note`` for n = 1). A missing or non-finite value
     (a seed with nothing scored) makes mean and se None."""
     values = list(per_seed.values())
-    entry: dict = {"n": len(values), "per_seed": dict(per_seed)}
+    entry: dict = {"n": len(values), PER_SEED: dict(per_seed)}
     if any(v is None or not math.isfinite(v) for v in values):
         entry.update(mean=None, se=None)
     else:

@@ -1,6 +1,6 @@
 """Text to score besides samples: the text column of real data (``read_text_column``: the figures'
 "Dataset" line, the scorer's corpus) and a packed dataset's rows cut as samples are
-(``reference_rows``). The samples file itself is ``elf.artifacts.records``'.
+(``reference_rows``, ``reference_texts``). The samples file itself is ``elf.artifacts.records``'.
 
     texts, split = read_text_column("results/data/owt", ("test",), n=1000)  # real text to score
 """
@@ -53,3 +53,15 @@ def reference_rows(path: str, split: str, n: int, eos_id: int, pad_id: int) -> t
         kept = row[:row.index(eos_id)] if eos_id in row else row
         rows.append([i for i in kept if i != pad_id])
     return rows, split
+
+
+def reference_texts(path: str | os.PathLike, split: str, n: int, tokenizer=None
+                    ) -> tuple[list[str], str, list[list[int]] | None]:
+    """The real texts a dataset's reference scores are computed on, the split used and (with a
+    tokenizer) the token rows: with ``tokenizer``, a packed dataset's rows cut at their first EOS and
+    decoded exactly as samples are (``reference_rows``); without, its text column."""
+    if tokenizer is None:
+        texts, split = read_text_column(path, (split,), n)
+        return texts, split, None
+    rows, split = reference_rows(str(path), split, n, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    return [tokenizer.decode(row, skip_special_tokens=True) for row in rows], split, rows

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel,
                           PreTrainedTokenizerFast)
 
+from elf.artifacts.names import PROVENANCE_FILE
 from elf.config import ScorerSettings
 from elf.io import atomic_dir, write_json
 
@@ -124,7 +125,7 @@ def save_scorer(model, tokenizer, out_dir: str | os.PathLike, provenance: dict) 
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_json(Path(tmp) / "provenance.json", provenance)
+        write_json(Path(tmp) / PROVENANCE_FILE, provenance)
 
 
 def load_scorer(name_or_path: str | os.PathLike, device: str | torch.device = "cpu",

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from elf.artifacts import read_json
+from elf.artifacts.names import METRICS, PROVENANCE, SAMPLES_HEADER, SCORES
 from elf.cli import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
-from elf.artifacts import read_json
 from elf.io import provenance, sha256_file, write_json
 
 
@@ -32,42 +33,49 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
+def run(args) -> None:
+    write_json(args.out, aggregate_scores(args.scores, args.run, args.sampler))
+
+
 def seed_label(path: str, score: dict) -> str:
     """The evaluation seed of a score file: its samples header's ``seed``, else the file's stem."""
-    seed = score.get("samples_provenance", {}).get("seed")
+    seed = score.get(SAMPLES_HEADER, {}).get("seed")
     return str(seed) if seed is not None else Path(path).stem
 
 
 def check_names(path: str, score: dict, run_name: str, sampler: str) -> None:
     """A score file whose samples name another run or sampler is a wiring mistake."""
-    header = score.get("samples_provenance", {})
+    header = score.get(SAMPLES_HEADER, {})
     for key, expected in (("run", run_name), ("sampler", sampler)):
         if header.get(key) is not None and str(header[key]) != expected:
             raise ElfError(f"{path}: its samples are of {key} '{header[key]}', not '{expected}'")
 
 
-def run(args) -> None:
+def aggregate_scores(paths: list[str], run_name: str, sampler: str,
+                     recorded_as: dict[str, str] | None = None) -> dict:
+    """The aggregate record of one (run, sampler)'s score files, one per evaluation seed, each named
+    by its path (or the path ``recorded_as`` maps it to, where it will lie)."""
     metrics_by_seed, sources, signatures = {}, [], set()
-    for path in args.scores:
+    for path in paths:
         score = read_json(path, "--scores file", finite=True)  # a NaN is damage, never a mean
-        if not isinstance(score.get("metrics"), dict):
-            raise ElfError(f"--scores {path}: no 'metrics' mapping (not an `elf score` output?)")
-        check_names(path, score, args.run, args.sampler)
+        if not isinstance(score.get(METRICS), dict):
+            raise ElfError(f"--scores {path}: no '{METRICS}' mapping (not an `elf score` output?)")
+        check_names(path, score, run_name, sampler)
         seed = seed_label(path, score)
         if seed in metrics_by_seed:
             raise ElfError(f"--scores {path}: seed {seed} is given twice")
-        metrics_by_seed[seed] = score["metrics"]
-        sources.append({"path": str(path), "sha256": sha256_file(path)})
-        if "bleu_signature" in score["metrics"]:
-            signatures.add(score["metrics"]["bleu_signature"])
+        metrics_by_seed[seed] = score[METRICS]
+        sources.append({"path": (recorded_as or {}).get(str(path), str(path)), "sha256": sha256_file(path)})
+        if "bleu_signature" in score[METRICS]:
+            signatures.add(score[METRICS]["bleu_signature"])
     try:
         metrics = aggregate_metrics(metrics_by_seed)
     except ValueError as err:
         raise ElfError(f"--scores: {err}") from err
-    result = {"provenance": provenance(scores=sources), "run": args.run, "sampler": args.sampler,
-              "metrics": metrics}
+    result = {PROVENANCE: provenance(**{SCORES: sources}), "run": run_name, "sampler": sampler,
+              METRICS: metrics}
     if signatures:
         if len(signatures) > 1:
             raise ElfError(f"--scores: BLEU computed with different settings: {sorted(signatures)}")
         result["bleu_signature"] = signatures.pop()
-    write_json(args.out, result)
+    return result

@@ -12,12 +12,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from elf.cli import ElfError
-from elf.config import ConfigError, CorporaSettings, from_dict, to_dict
+from elf.artifacts.names import PROVENANCE_FILE
+from elf.config import CorporaSettings, to_dict
 from elf.io import atomic_dir, provenance, write_json
+from elf.stages.args import parse_settings
 
 
 def register(subparsers) -> None:
@@ -30,17 +30,17 @@ def register(subparsers) -> None:
 
 
 def run(args) -> None:
+    write_corpora(parse_settings(args.settings, CorporaSettings, "corpora"), Path(args.out))
+
+
+def write_corpora(settings: CorporaSettings, out: Path) -> None:
     from elf.data.corpora import build_corpora
 
-    try:
-        settings = from_dict(CorporaSettings, json.loads(args.settings), "corpora")
-    except (ConfigError, json.JSONDecodeError) as err:
-        raise ElfError(f"--settings: {err}") from err
     corpora = build_corpora(settings)
-    with atomic_dir(args.out) as tmp:
+    with atomic_dir(out) as tmp:
         for name, splits in corpora.items():
             splits.save_to_disk(str(Path(tmp) / name))
         sizes = {name: {split: len(ds) for split, ds in splits.items()}
                  for name, splits in corpora.items()}
-        write_json(Path(tmp) / "provenance.json",
+        write_json(Path(tmp) / PROVENANCE_FILE,
                    provenance(settings=to_dict(settings), sizes=sizes))

@@ -11,20 +11,19 @@ identity, loss curve) and then ``--out``/``model.safetensors``, each atomically:
         --store results/embeddings/owt/encoder/train.zarr --tokenizer results/models/tokenizer \
         --out results/decoders/sep
 
-``load_decoder(dir)`` rebuilds it for ``elf sample --decoder``.
+``elf.train.checkpoint.load_decoder(dir)`` rebuilds it for ``elf sample --decoder``; the training
+itself is ``elf.train.decoder.train_decoder``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import math
 from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
-from elf.config import (ConfigError, DatasetSettings, DecoderSettings, EmbeddingSettings, from_dict,
-                        to_dict)
+from elf.config import DatasetSettings, DecoderSettings, EmbeddingSettings, to_dict
+from elf.stages.args import parse_sections
 
 
 def register(sub) -> None:
@@ -40,40 +39,34 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def parse_settings(text: str) -> tuple[DecoderSettings, DatasetSettings, EmbeddingSettings]:
-    try:
-        blob = json.loads(text)
-        return (from_dict(DecoderSettings, blob["decoder"], "decoder"),
-                from_dict(DatasetSettings, blob["dataset"], "dataset"),
-                from_dict(EmbeddingSettings, blob["embedding"], "embedding"))
-    except (json.JSONDecodeError, KeyError, ConfigError) as err:
-        raise ElfError(f"--settings: {err}") from err
-
-
-def cosine_lr(step: int, total: int) -> float:
-    """Multiplier of the peak lr at ``step``: 0.5·(1 + cos(π·step/total)), from 1 down to 0."""
-    return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
-
-
 def run(args) -> None:
+    settings = parse_sections(args.settings, decoder=DecoderSettings, dataset=DatasetSettings,
+                              embedding=EmbeddingSettings)
+    train_separate_decoder(settings["decoder"], settings["dataset"], settings["embedding"],
+                           store_path=args.store, tokenizer_ref=args.tokenizer, out=Path(args.out),
+                           device=resolve_device(args.device), progress=not args.no_progress)
+
+
+def train_separate_decoder(dec_s: DecoderSettings, data_s: DatasetSettings, emb_s: EmbeddingSettings,
+                           *, store_path: str, tokenizer_ref: str, out: Path, device,
+                           progress: bool) -> None:
+    """Open the store and the tokenizer, train the decoder, write its folder."""
     import torch
-    from tqdm import tqdm
 
     from elf.artifacts import check_tokenizer
+    from elf.artifacts.names import STORE_TOKENIZER
     from elf.data.tokenizer import load_tokenizer
-    from elf.decoder import DecoderConfig, SeparateDecoder, decoder_loss, draw_corruption
+    from elf.decoder import DecoderConfig, SeparateDecoder
     from elf.embed.reader import ShuffledBatches, StoreSource
     from elf.embed.store import open_store
-    from elf.flow.objective import loss_mask
+    from elf.train.checkpoint import save_decoder
+    from elf.train.decoder import train_decoder
 
-    dec_s, data_s, emb_s = parse_settings(args.settings)
-    if not Path(args.store).exists():
-        raise ElfError(f"--store {args.store} does not exist (run `elf embed` for the train split)")
-    store = open_store(args.store)
-    tokenizer = load_tokenizer(args.tokenizer)
-    check_tokenizer(args.tokenizer, (store.attrs.get("identity") or {}).get("tokenizer"),
-                    f"store {args.store}")
-    device = resolve_device(args.device)
+    if not Path(store_path).exists():
+        raise ElfError(f"--store {store_path} does not exist (run `elf embed` for the train split)")
+    store = open_store(store_path)
+    tokenizer = load_tokenizer(tokenizer_ref)
+    check_tokenizer(tokenizer_ref, store.identity.get(STORE_TOKENIZER), f"store {store_path}")
     if dec_s.width % dec_s.heads:
         raise ElfError(f"decoder width {dec_s.width} is not divisible by heads {dec_s.heads}")
     cfg = DecoderConfig(d=store.dim, width=dec_s.width, layers=dec_s.layers, heads=dec_s.heads,
@@ -84,69 +77,13 @@ def run(args) -> None:
         batches = ShuffledBatches(StoreSource(store), dec_s.batch_size, seed=dec_s.seed,
                                   normalization=emb_s.normalization, mean=emb_s.mean, std=emb_s.std)
     except ValueError as err:
-        raise ElfError(f"--store {args.store}: {err}") from err
-    optimizer = torch.optim.AdamW(decoder.parameters(), lr=dec_s.lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: cosine_lr(k, dec_s.steps))
-    generator = torch.Generator().manual_seed(dec_s.seed * 1_000_003 + 1)  # corruption draws
-    covers_padding = data_s.task != "unconditional"
-    losses = []
-    bar = tqdm(range(dec_s.steps), desc="decoder", unit="step", disable=args.no_progress)
+        raise ElfError(f"--store {store_path}: {err}") from err
     try:
-        for step in bar:
-            batch = next(batches)
-            x = batch["x"].to(device)
-            draws = draw_corruption(tuple(x.shape), dec_s.mask_prob, dec_s.noise_mean, dec_s.noise_std,
-                                    generator, device)
-            loss = decoder_loss(decoder, x, batch["input_ids"].to(device),
-                                loss_mask(batch, covers_padding).to(device), draws, dec_s.noise_scale)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(decoder.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            losses.append(loss.item())
-            bar.set_postfix(ce=f"{losses[-1]:.3f}")
+        losses = train_decoder(decoder, batches, dec_s, covers_padding=data_s.task != "unconditional",
+                               device=device, progress=progress)
     finally:
         batches.close()
     meta = dict(decoder=dataclasses.asdict(cfg), settings=to_dict(dec_s), dataset=to_dict(data_s),
-                embedding=to_dict(emb_s), store=str(args.store),
-                store_identity=store.attrs.get("identity_sha256"), tokenizer=str(args.tokenizer),
-                losses=losses)
-    save_decoder(Path(args.out), decoder, meta)
-
-
-def save_decoder(out_dir: Path, decoder, meta: dict) -> None:
-    """config.json, then model.safetensors (the rule's output), each replaced in one rename, then
-    the weights' checksums.json (``elf.artifacts``)."""
-    from safetensors.torch import save_file
-
-    from elf.artifacts import write_checksums
-    from elf.io import atomic_path, provenance
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out_dir / "config.json") as tmp:
-        tmp.write_text(json.dumps({**meta, "provenance": provenance()}, indent=2, sort_keys=True,
-                                  default=str) + "\n")
-    state = {k: v.detach().float().cpu().contiguous() for k, v in decoder.state_dict().items()}
-    with atomic_path(out_dir / "model.safetensors") as tmp:
-        save_file(state, str(tmp))
-    write_checksums(out_dir, ["model.safetensors"])
-
-
-def load_decoder(path, device="cpu"):
-    """(SeparateDecoder in eval mode, its config.json) from a directory written by ``elf decoder``,
-    the weights verified against checksums.json."""
-    from elf.artifacts import ArtifactError, MissingArtifactError, load_safetensors, read_json, verified_sha256
-    from elf.decoder import DecoderConfig, SeparateDecoder
-
-    path = Path(path)
-    if not (path / "model.safetensors").exists() or not (path / "config.json").exists():
-        raise MissingArtifactError(f"{path} is not a finished decoder (rerun its decoder rule)")
-    verified_sha256(path / "model.safetensors", "rerun its decoder rule")
-    meta = read_json(path / "config.json", "decoder config")
-    try:
-        decoder = SeparateDecoder(DecoderConfig(**meta["decoder"]))
-        decoder.load_state_dict(load_safetensors(path / "model.safetensors"), strict=True)
-    except (KeyError, TypeError, RuntimeError) as err:
-        raise ArtifactError(f"{path}: model.safetensors does not fit config.json ({err})") from err
-    return decoder.to(device).eval(), meta
+                embedding=to_dict(emb_s), store=str(store_path), store_identity=store.identity_sha256,
+                tokenizer=str(tokenizer_ref), losses=losses)
+    save_decoder(out, decoder, meta)

@@ -25,9 +25,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from elf.artifacts.names import TOKENS_FILE
+from elf.artifacts.names import RUN_EMBEDDING, RUN_MODEL, RUN_SETTINGS, TOKENS_FILE
 from elf.artifacts.records import token_record
 from elf.cli import ElfError
+from elf.stages.args import TrainSettings, parse_train_settings
 
 
 def register(sub) -> None:
@@ -52,16 +53,16 @@ def register(sub) -> None:
 def check_compatible(name: str, meta: dict, *, d: int, seq_len: int, vocab: int,
                      embedding: dict, model_settings: dict | None = None) -> None:
     """Refuse a checkpoint that cannot denoise this store's embeddings (clear ElfError)."""
-    model = meta["model"]
+    model = meta[RUN_MODEL]
     if model["d"] != d or model["max_length"] != seq_len:
         raise ElfError(f"--{name}: checkpoint has d={model['d']}, L={model['max_length']}; the store "
                        f"has d={d}, L={seq_len}")
     if model.get("decode_head", True) and model["vocab_size"] != vocab:
         raise ElfError(f"--{name}: checkpoint vocabulary {model['vocab_size']} != tokenizer's {vocab}")
-    if "embedding" in meta and meta["embedding"] != embedding:
-        raise ElfError(f"--{name}: checkpoint was trained on embedding settings {meta['embedding']}, "
+    if RUN_EMBEDDING in meta and meta[RUN_EMBEDDING] != embedding:
+        raise ElfError(f"--{name}: checkpoint was trained on embedding settings {meta[RUN_EMBEDDING]}, "
                        f"this run uses {embedding}")
-    trained = (meta.get("run") or {}).get("model")
+    trained = (meta.get(RUN_SETTINGS) or {}).get("model")
     if model_settings is not None and trained is not None and trained != model_settings:
         diff = sorted(k for k in model_settings if trained.get(k) != model_settings[k])
         raise ElfError(f"--{name}: the run's model settings differ from the checkpoint's in "
@@ -69,20 +70,20 @@ def check_compatible(name: str, meta: dict, *, d: int, seq_len: int, vocab: int,
 
 
 def _prediction(meta: dict) -> str:
-    return ((meta.get("run") or {}).get("model") or {}).get("prediction", "x")
+    return ((meta.get(RUN_SETTINGS) or {}).get("model") or {}).get("prediction", "x")
 
 
-def _load(path: str, what: str):
+def _load(path: Path, what: str):
     from elf.train.checkpoint import load_model
     try:
-        return load_model(Path(path), "ema")
+        return load_model(path, "ema")
     except ElfError as err:
         raise ElfError(f"--{what}: {err}") from err
 
 
 def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
     from elf.artifacts import read_json
-    if (init_meta.get("run") or {}).get("kind") != "distill":
+    if (init_meta.get(RUN_SETTINGS) or {}).get("kind") != "distill":
         return None
     path = init_dir / TOKENS_FILE
     if not path.exists():
@@ -96,55 +97,62 @@ def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
 # --------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
+    distill_round(parse_train_settings(args.settings), teacher=Path(args.teacher), init=Path(args.init),
+                  store_path=args.store, tokenizer_ref=args.tokenizer, out=Path(args.out),
+                  progress=not args.no_progress)
+
+
+def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_path: str,
+                  tokenizer_ref: str, out: Path, progress: bool) -> None:
+    """Load the teacher and the student's init, train the student, write its run directory and
+    ``tokens.json``."""
     import torch
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
+    from elf.artifacts.names import (RUN_DATASET, RUN_PARAMETERS, RUN_PRECISION, RUN_STATS, RUN_STORE,
+                                     RUN_STORE_IDENTITY, RUN_TOKENIZER, STORE_TOKENIZER, TOKENIZER_SHA256)
     from elf.config import to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
     from elf.embed.store import open_store
     from elf.flow.distill import distill_step, draw_distill_step
     from elf.io import output_lock, write_json
-    from elf.stages.train import parse_precision, parse_train_settings
     from elf.train.checkpoint import checkpoint_sha256, model_meta
     from elf.train.loop import init_distributed, train
 
-    run_s, data_s, emb_s, _ = parse_train_settings(args.settings)
-    precision = parse_precision(args.settings)
+    run_s, data_s, emb_s, precision = settings.run, settings.dataset, settings.embedding, settings.precision
     if run_s.kind != "distill" or run_s.distill is None:
         raise ElfError(f"run kind is {run_s.kind!r}; `elf distill` needs a kind 'distill' run with a "
                        "`distill` section")
     if not getattr(emb_s, "cache", True):
         raise ElfError("distillation reads a cached embedding store; the run's embedding has "
                        "cache: false")
-    store = open_store(args.store)
-    vocab = len(load_tokenizer(args.tokenizer))
-    check_tokenizer(args.tokenizer, (store.attrs.get("identity") or {}).get("tokenizer"),
-                    f"store {args.store}")
+    store = open_store(store_path)
+    vocab = len(load_tokenizer(tokenizer_ref))
+    check_tokenizer(tokenizer_ref, store.identity.get(STORE_TOKENIZER), f"store {store_path}")
     rank, world_size, device = init_distributed()
-    teacher, teacher_meta = _load(args.teacher, "teacher")
-    student, init_meta = _load(args.init, "init")
+    teacher_net, teacher_meta = _load(teacher, "teacher")
+    student, init_meta = _load(init, "init")
     shape = dict(d=store.dim, seq_len=store.seq_len, vocab=vocab, embedding=to_dict(emb_s))
     check_compatible("teacher", teacher_meta, **shape)
     check_compatible("init", init_meta, **shape, model_settings=to_dict(run_s.model))
-    init_record = _init_record(Path(args.init), init_meta)
-    teacher.requires_grad_(False).eval().to(device)
+    init_record = _init_record(init, init_meta)
+    teacher_net.requires_grad_(False).eval().to(device)
     student.train()
 
     b = run_s.budget
     batches = ShuffledBatches(store, b.batch_size // b.grad_accum, seed=b.seed, rank=rank,
                               world_size=world_size, normalization=emb_s.normalization,
                               mean=emb_s.mean, std=emb_s.std)
-    meta = model_meta(student.cfg, run=to_dict(run_s), dataset=to_dict(data_s),
-                      embedding=to_dict(emb_s), store=str(args.store), tokenizer=str(args.tokenizer),
-                      tokenizer_sha256=tokenizer_sha256(args.tokenizer),
-                      store_identity=store.attrs.get("identity_sha256"),
-                      normalization_stats=store.stats, precision=precision,
-                      num_parameters=student.num_parameters(),
-                      teacher=str(args.teacher), teacher_sha256=checkpoint_sha256(Path(args.teacher)),
-                      init=str(args.init), init_sha256=checkpoint_sha256(Path(args.init)))
+    meta = model_meta(student.cfg, **{
+        RUN_SETTINGS: to_dict(run_s), RUN_DATASET: to_dict(data_s), RUN_EMBEDDING: to_dict(emb_s),
+        RUN_STORE: str(store_path), RUN_TOKENIZER: str(tokenizer_ref),
+        TOKENIZER_SHA256: tokenizer_sha256(tokenizer_ref), RUN_STORE_IDENTITY: store.identity_sha256,
+        RUN_STATS: store.stats, RUN_PRECISION: precision, RUN_PARAMETERS: student.num_parameters(),
+        "teacher": str(teacher), "teacher_sha256": checkpoint_sha256(teacher),
+        "init": str(init), "init_sha256": checkpoint_sha256(init)})
     objective, rounds = run_s.objective, run_s.distill
-    teacher_forward = torch.compile(teacher) if b.compile else teacher
+    teacher_forward = torch.compile(teacher_net) if b.compile else teacher_net
     covers_padding = data_s.task != "unconditional"
 
     def draw_fn(global_shape, generator):
@@ -156,11 +164,11 @@ def run(args) -> None:
                             teacher_prediction=_prediction(teacher_meta),
                             loss_covers_padding=covers_padding, batch_rows=b.batch_size)
 
-    with output_lock(args.out, enabled=rank == 0):
-        train(student, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
+    with output_lock(out, enabled=rank == 0):
+        train(student, run_s, batches, out, meta, loss_covers_padding=covers_padding,
               seq_shape=(store.seq_len, store.dim), rank=rank, world_size=world_size, device=device,
-              progress=not args.no_progress, draw_fn=draw_fn, step_fn=step_fn, precision=precision)
+              progress=progress, draw_fn=draw_fn, step_fn=step_fn, precision=precision)
         batches.close()
         if rank == 0:
-            write_json(Path(args.out) / TOKENS_FILE, token_record(
-                Path(args.out).name, to_dict(run_s), store.seq_len, teacher_meta, init_record))
+            write_json(out / TOKENS_FILE, token_record(out.name, to_dict(run_s), store.seq_len,
+                                                       teacher_meta, init_record))

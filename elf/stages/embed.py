@@ -26,13 +26,15 @@ Kind ``learned`` is refused: it is trained with the flow, so training embeds it 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from elf.artifacts.names import (ENCODER_WEIGHT_FILES, ENCODER_WEIGHTS_SHA256, PROVENANCE, STORE_ENCODER,
+                                 STORE_SOURCE, STORE_TOKENIZER, TOKENIZER_SHA256)
 from elf.cli import ElfError
-from elf.config import ConfigError, EmbeddingSettings, from_dict, to_dict
+from elf.config import EmbeddingSettings, to_dict
 from elf.io import provenance, sha256_file, sha256_json
+from elf.stages.args import parse_settings
 
 # Only these settings change the stored values; normalisation is applied when reading.
 CONTENT_SETTINGS = ("kind", "encoder", "dtype")
@@ -68,71 +70,74 @@ def register(subparsers) -> None:
 
 
 def run(args) -> None:
-    # zarr / torch are imported here, not at module level, so `elf --help` stays fast
-    from elf.embed.store import TokenArrays, create_store, plan_layout, write_blocks
-
     if args.finalize:
-        _finish(args)
+        finish(args.work, args.out, args.num_shards)
         return
     missing = [f"--{name}" for name in ("settings", "encoder", "tokens", "split") if getattr(args, name) is None]
     if missing:
         raise ElfError(f"missing {', '.join(missing)} (only --finalize runs without them)")
     if (args.shard is None) != (args.num_shards is None):
         raise ElfError("--shard and --num-shards go together (--finalize takes --num-shards alone)")
-    settings = _parse_settings(args.settings)
+    settings = parse_settings(args.settings, EmbeddingSettings)
     if settings.kind == "learned":
         raise ElfError("embedding kind 'learned' cannot be cached: its table is trained with the flow, "
                        "so training embeds on the fly; there is no store to write for it")
-    tokens = TokenArrays.from_disk(args.tokens, args.split)
-    encoder = encoder_identity(args.encoder)
-    vocab_size = args.vocab_size or encoder.get("vocab_size")
-    if vocab_size is None:
-        raise ElfError(f"cannot read vocab_size from encoder {args.encoder!r}: pass --vocab-size")
-    embedder = _build_embedder(settings, args.encoder, vocab_size, args.seed)
-    layout = plan_layout(len(tokens), tokens.seq_len, embedder.dim, settings.dtype, tokens.conditional,
-                         chunk_sequences=args.chunk_sequences, block_sequences=args.block_sequences,
-                         sharded=not args.no_sharding)
-    print(f"elf embed: {args.out}: {layout.describe()}", flush=True)
-    identity = {"settings": {k: to_dict(settings)[k] for k in CONTENT_SETTINGS}, "encoder": encoder,
-                "vocab_size": vocab_size, "seed": args.seed,
-                "tokenizer": tokenizer_identity(args.tokenizer, args.tokens),
-                "source": {"tokens": str(args.tokens), "split": args.split, **tokens.fingerprint()}}
-    store = args.work or args.out
-    create_store(store, layout, identity,
-                 extra_attrs={"settings": to_dict(settings), "provenance": provenance()})
-    sharded = args.shard is not None
-    written = write_blocks(store, tokens, embedder, batch_size=args.batch_size, device=args.device,
-                           shard=args.shard or 0, num_shards=args.num_shards or 1)
-    if sharded:
+    written = embed_split(settings, encoder=args.encoder, tokens_dir=args.tokens, split=args.split,
+                          store=args.work or args.out, tokenizer=args.tokenizer, seed=args.seed,
+                          vocab_size=args.vocab_size, batch_size=args.batch_size, device=args.device,
+                          shard=args.shard, num_shards=args.num_shards,
+                          layout_options=dict(chunk_sequences=args.chunk_sequences,
+                                              block_sequences=args.block_sequences,
+                                              sharded=not args.no_sharding), shown_as=args.out)
+    if args.shard is not None:
         work = f" --work {args.work}" if args.work else ""
         print(f"elf embed: shard {args.shard}/{args.num_shards} wrote {written} blocks; after every shard, "
               f"run `elf embed --finalize{work} --out {args.out} --num-shards {args.num_shards}`")
         return
-    _finish(args)
+    finish(args.work, args.out, args.num_shards)
 
 
-def _finish(args) -> None:
-    """Finalize the store (at --work if given, then renamed to --out) and print its statistics."""
+def embed_split(settings: EmbeddingSettings, *, encoder: str, tokens_dir: str, split: str, store: str,
+                tokenizer: str | None, seed: int, vocab_size: int | None, batch_size: int, device: str,
+                shard: int | None, num_shards: int | None, layout_options: dict, shown_as: str) -> int:
+    """Create (or reopen) the store and write its blocks (those of ``shard``); returns how many."""
+    # zarr / torch are imported here, not at module level, so `elf --help` stays fast
+    from elf.embed.store import TokenArrays, create_store, plan_layout, write_blocks
+
+    tokens = TokenArrays.from_disk(tokens_dir, split)
+    encoder_id = encoder_identity(encoder)
+    vocab_size = vocab_size or encoder_id.get("vocab_size")
+    if vocab_size is None:
+        raise ElfError(f"cannot read vocab_size from encoder {encoder!r}: pass --vocab-size")
+    embedder = _build_embedder(settings, encoder, vocab_size, seed)
+    layout = plan_layout(len(tokens), tokens.seq_len, embedder.dim, settings.dtype, tokens.conditional,
+                         **layout_options)
+    print(f"elf embed: {shown_as}: {layout.describe()}", flush=True)
+    identity = {"settings": {k: to_dict(settings)[k] for k in CONTENT_SETTINGS},
+                STORE_ENCODER: encoder_id, "vocab_size": vocab_size, "seed": seed,
+                STORE_TOKENIZER: tokenizer_identity(tokenizer, tokens_dir),
+                STORE_SOURCE: {"tokens": str(tokens_dir), "split": split, **tokens.fingerprint()}}
+    create_store(store, layout, identity,
+                 extra_attrs={"settings": to_dict(settings), PROVENANCE: provenance()})
+    return write_blocks(store, tokens, embedder, batch_size=batch_size, device=device,
+                        shard=shard or 0, num_shards=num_shards or 1)
+
+
+def finish(work: str | None, out: str, num_shards: int | None) -> None:
+    """Finalize the store (at ``work`` if given, then renamed to ``out``) and print its statistics."""
     from elf.embed.store import finalize_store, open_store
 
-    if args.work and not Path(args.work).exists() and Path(args.out).exists():
-        stats = open_store(args.out).stats  # finished by an earlier call: nothing left to do
+    if work and not Path(work).exists() and Path(out).exists():
+        stats = open_store(out).stats  # finished by an earlier call: nothing left to do
     else:
-        stats = finalize_store(args.work or args.out, num_shards=args.num_shards)
-        if args.work:
-            if Path(args.out).exists():
-                raise ElfError(f"--out {args.out} already exists; delete it to replace it by the "
-                               f"finished store at --work {args.work}")
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            os.rename(args.work, args.out)  # same file system: atomic
-    _report(args.out, stats)
-
-
-def _parse_settings(text: str) -> EmbeddingSettings:
-    try:
-        return from_dict(EmbeddingSettings, json.loads(text))
-    except (json.JSONDecodeError, ConfigError) as err:
-        raise ElfError(f"--settings: {err}") from err
+        stats = finalize_store(work or out, num_shards=num_shards)
+        if work:
+            if Path(out).exists():
+                raise ElfError(f"--out {out} already exists; delete it to replace it by the "
+                               f"finished store at --work {work}")
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(work, out)  # same file system: atomic
+    _report(out, stats)
 
 
 def _build_embedder(settings: EmbeddingSettings, encoder: str, vocab_size: int, seed: int):
@@ -163,9 +168,9 @@ def encoder_identity(name_or_path: str) -> dict:
     for volatile in ("transformers_version", "_name_or_path"):
         config.pop(volatile, None)
     identity.update(config_sha256=sha256_json(config), vocab_size=config.get("vocab_size"))
-    for weights in ("model.safetensors", "pytorch_model.bin"):
+    for weights in ENCODER_WEIGHT_FILES:
         if (Path(name_or_path) / weights).is_file():
-            identity["weights_sha256"] = sha256_file(Path(name_or_path) / weights)
+            identity[ENCODER_WEIGHTS_SHA256] = sha256_file(Path(name_or_path) / weights)
             break
     return identity
 
@@ -178,7 +183,7 @@ def tokenizer_identity(tokenizer: str | None, tokens_dir: str) -> dict:
         return tokens_tokenizer(tokens_dir)
     identity = {"name_or_path": tokenizer}
     if tokenizer_sha256(tokenizer):
-        identity["tokenizer_sha256"] = tokenizer_sha256(tokenizer)
+        identity[TOKENIZER_SHA256] = tokenizer_sha256(tokenizer)
     return identity
 
 

@@ -18,15 +18,16 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from elf.artifacts.names import PROVENANCE_FILE
 from elf.cli import ElfError
-from elf.config import ConfigError, EncoderSettings, from_dict, to_dict
+from elf.config import EncoderSettings, to_dict
 from elf.io import atomic_dir, provenance, write_json
+from elf.stages.args import parse_settings
 
 
 def register(subparsers) -> None:
@@ -41,13 +42,6 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
-
-
-def _load_settings(text: str) -> EncoderSettings:
-    try:
-        return from_dict(EncoderSettings, json.loads(text), "encoder")
-    except (ConfigError, json.JSONDecodeError) as err:
-        raise ElfError(f"--settings: {err}") from err
 
 
 def _load_tokenizer(path: str):
@@ -77,16 +71,21 @@ def _load_train_tokens(path: str | None) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def run(args) -> None:
+    make_encoder(parse_settings(args.settings, EncoderSettings, "encoder"), tokenizer_ref=args.tokenizer,
+                 tokens=args.tokens, out=Path(args.out), progress=not args.no_progress)
+
+
+def make_encoder(settings: EncoderSettings, *, tokenizer_ref: str, tokens: str | None, out: Path,
+                 progress: bool) -> None:
     from elf.embed.encoder import check_pairing, encoder_part, load_encoder, train_span_corruption
 
-    settings = _load_settings(args.settings)
-    tokenizer = _load_tokenizer(args.tokenizer)
-    record = {"settings": to_dict(settings), "tokenizer": args.tokenizer, "tokens": args.tokens}
+    tokenizer = _load_tokenizer(tokenizer_ref)
+    record = {"settings": to_dict(settings), "tokenizer": tokenizer_ref, "tokens": tokens}
     try:
         if settings.source == "build":
-            input_ids, attention_mask = _load_train_tokens(args.tokens)
+            input_ids, attention_mask = _load_train_tokens(tokens)
             model, losses = train_span_corruption(settings, tokenizer, input_ids, attention_mask,
-                                                  progress=not args.no_progress)
+                                                  progress=progress)
             encoder = encoder_part(model)
             tail = losses[-10:]
             record.update(final_loss=losses[-1], final_loss_mean10=sum(tail) / len(tail),
@@ -100,7 +99,7 @@ def run(args) -> None:
         check_pairing(tokenizer, encoder)
     except ValueError as err:
         raise ElfError(str(err)) from err
-    with atomic_dir(args.out) as tmp:
+    with atomic_dir(out) as tmp:
         encoder.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        write_json(Path(tmp) / "provenance.json", provenance(**record))
+        write_json(Path(tmp) / PROVENANCE_FILE, provenance(**record))

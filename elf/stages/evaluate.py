@@ -27,12 +27,16 @@ import argparse
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from elf.cli import ElfError, build_parser
-from elf.io import output_lock
+from elf.artifacts import layout
+from elf.cli import ElfError, resolve_device
+from elf.io import atomic_dir, output_lock, write_json
 
 DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs
+STAGING = ".partial"  # <out-dir>.partial: the folder the job builds, moved onto <out-dir> at the end
+PLAN_KEYS = ("run", "task", "n", "batch_size", "score_batch_size", "precision", "samplers")
 
 
 def register(sub) -> None:
@@ -51,22 +55,29 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+@dataclass(frozen=True)
+class EvalInputs:
+    """The files one evaluation job reads (its command line, besides the plan)."""
+    checkpoint: Path
+    tokenizer: str
+    scorer: str | None
+    eval_data: str | None
+    tokens: str | None
+    decoder: str | None
+    device: str
+    progress: bool
+
+
 def parse_plan(text: str) -> dict:
     try:
         plan = json.loads(text)
-        for key in ("run", "task", "n", "batch_size", "score_batch_size", "precision", "samplers"):
+        for key in PLAN_KEYS:
             plan[key]
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise ElfError(f"--plan: not an evaluation plan ({err})") from err
     if not plan["samplers"]:
         raise ElfError("--plan: no samplers to evaluate")
     return plan
-
-
-def run_stage(argv: list[str]) -> None:
-    """Run one ``elf`` stage in this process (its ElfError propagates: the job stops, naming it)."""
-    args = build_parser((argv[0],)).parse_args(argv)
-    args.func(args)
 
 
 def run(args) -> None:
@@ -77,25 +88,29 @@ def run(args) -> None:
         raise ElfError("an unconditional run is scored by a scorer: pass --scorer")
     if plan["task"] != "unconditional" and not (args.eval_data and args.tokens):
         raise ElfError("a conditional run needs --eval-data and --tokens")
+    inputs = EvalInputs(Path(args.checkpoint), args.tokenizer, args.scorer, args.eval_data, args.tokens,
+                        args.decoder, args.device, not args.no_progress)
     try:
-        ckpt_sha = checkpoint_sha256(Path(args.checkpoint))
+        ckpt_sha = checkpoint_sha256(inputs.checkpoint)
     except FileNotFoundError as err:
         raise ElfError(f"--checkpoint {args.checkpoint}: {err}") from err
     out = Path(args.out_dir)
     with output_lock(out):
-        _evaluate_all(args, plan, ckpt_sha, out)
+        evaluate_all(inputs, plan, ckpt_sha, out)
 
 
-def _evaluate_all(args, plan: dict, ckpt_sha: str, out: Path) -> None:
-    staging = out.with_name(out.name + ".partial")
+def evaluate_all(inputs: EvalInputs, plan: dict, ckpt_sha: str, out: Path) -> None:
+    """Every sampler of the plan into ``<out>.partial/`` (a finished one is kept, by its marker),
+    then the folder moved onto ``out``."""
+    staging = out.with_name(out.name + STAGING)
     for name, entry in plan["samplers"].items():
         marker = staging / DONE / f"{name}.json"
-        inputs = {"checkpoint_sha256": ckpt_sha, **entry, **{k: plan[k] for k in plan if k != "samplers"}}
-        if marker.exists() and json.loads(marker.read_text()) == inputs:
+        done = {"checkpoint_sha256": ckpt_sha, **entry, **{k: plan[k] for k in plan if k != "samplers"}}
+        if marker.exists() and json.loads(marker.read_text()) == done:
             continue
-        evaluate_sampler(args, plan, name, entry, staging)
+        evaluate_sampler(inputs, plan, name, entry, staging)
         marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(inputs, sort_keys=True))
+        marker.write_text(json.dumps(done, sort_keys=True))
     _drop_strays(staging, set(plan["samplers"]))
     if out.exists():
         shutil.rmtree(out)
@@ -103,40 +118,55 @@ def _evaluate_all(args, plan: dict, ckpt_sha: str, out: Path) -> None:
     os.replace(staging, out)
 
 
-def evaluate_sampler(args, plan: dict, name: str, entry: dict, staging: Path) -> None:
-    """Sample every seed of one sampler, score each seed's file, aggregate over the seeds."""
-    seeds = [str(s) for s in entry["seeds"]]
-    samples, scores = staging / "samples" / name, staging / "scores" / name
-    common = ["--device", args.device, "--precision", plan["precision"]]
-    sample = ["sample", "--checkpoint", args.checkpoint, "--sampler",
-              json.dumps(entry["settings"]), "--sampler-name", name, "--run-name", plan["run"],
-              "--seed", *seeds, "--n", str(plan["n"]), "--batch-size", str(plan["batch_size"]),
-              "--tokenizer", args.tokenizer, "--out-dir", str(samples), *common]
-    if plan["task"] != "unconditional":
-        split = entry["split"]
-        sample += ["--store", str(Path(args.eval_data) / f"{split}.zarr"), "--tokens", args.tokens,
-                   "--split", split]
-    if args.decoder:
-        sample += ["--decoder", args.decoder]
-    run_stage(sample + (["--no-progress"] if args.no_progress else []))
-    files = [str(samples / f"seed{s}.jsonl") for s in seeds]
-    score = ["score", "--samples", *files, "--task", plan["task"], "--run", plan["run"], "--sampler",
-             name, "--batch-size", str(plan["score_batch_size"]), "--out-dir", str(scores), *common]
-    run_stage(score + (["--scorer", args.scorer] if args.scorer else []))
-    aggregate = staging / "aggregates" / f"{name}.json"
-    run_stage(["aggregate", "--scores", *[str(scores / f"seed{s}.json") for s in seeds],
-               "--run", plan["run"], "--sampler", name, "--out", str(aggregate)])
+def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, staging: Path) -> None:
+    """Sample every seed of one sampler, score each seed's file, aggregate over the seeds. The files
+    are written in ``staging`` and record each other by the paths they will have once it is moved
+    into place (``<out>``), which the audit follows."""
+    from elf.config import SamplerSettings
+    from elf.stages.aggregate import aggregate_scores
+    from elf.stages.args import settings_of
+    from elf.stages.sample import check_sampling, load_job, sample_seeds
+    from elf.stages.score import GPT2_CONTEXT, score_samples
+
+    final = staging.with_name(staging.name.removesuffix(STAGING))
+    seeds = [int(s) for s in entry["seeds"]]
+    check_sampling(seeds, plan["batch_size"], plan["n"])
+    conditional = plan["task"] != "unconditional"
+    store = str(Path(inputs.eval_data) / f"{entry['split']}.zarr") if conditional else None
+    settings = settings_of(entry["settings"], SamplerSettings, "sampler", "--plan")
+    job, fields = load_job(inputs.checkpoint, settings, tokenizer_ref=inputs.tokenizer,
+                           device=resolve_device(inputs.device), asked_precision=plan["precision"],
+                           n=plan["n"], store=store, tokens=inputs.tokens if conditional else None,
+                           split=entry["split"] if conditional else None, decoder_dir=inputs.decoder)
+    fields.update(run=plan["run"], sampler=name, batch_size=plan["batch_size"])
+    sample_seeds(job, fields, plan["batch_size"], inputs.progress, seeds, layout.samples_dir(staging, name))
+
+    def seed_files(folder_of, suffix):  # (where it is written, the path it is recorded by)
+        return [tuple(str(layout.seed_file(folder_of(root, name), s, suffix)) for root in (staging, final))
+                for s in seeds]
+
+    samples = seed_files(layout.samples_dir, layout.SAMPLES_SUFFIX)
+    records = score_samples([path for path, _ in samples], task=plan["task"], run=plan["run"],
+                            sampler=name, scorer_ref=inputs.scorer, device=inputs.device,
+                            precision=plan["precision"], batch_size=plan["score_batch_size"],
+                            max_length=GPT2_CONTEXT, recorded_as=dict(samples))
+    with atomic_dir(layout.scores_dir(staging, name)) as tmp:  # whole or not at all, as `elf score`
+        for stem, record in records.items():
+            write_json(tmp / f"{stem}{layout.SCORES_SUFFIX}", record)
+    scores = seed_files(layout.scores_dir, layout.SCORES_SUFFIX)
+    write_json(layout.aggregate_file(staging, name),
+               aggregate_scores([path for path, _ in scores], plan["run"], name, recorded_as=dict(scores)))
 
 
 def _drop_strays(staging: Path, samplers: set[str]) -> None:
     """Outputs of samplers no longer in the plan (an edited config) do not belong to this job, nor
-    the stages' lock files (this job holds the lock of the whole folder)."""
+    lock files (this job holds the lock of the whole folder)."""
     for kind in ("samples", "scores"):
         for path in (staging / kind).glob("*"):
             if path.suffix == ".lock" or path.is_file():
                 path.unlink()
             elif path.name not in samplers:
                 shutil.rmtree(path)
-    for path in (staging / "aggregates").glob("*.json"):
+    for path in layout.aggregates_dir(staging).glob("*.json"):
         if path.stem not in samplers:
             path.unlink()

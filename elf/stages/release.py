@@ -39,6 +39,7 @@ from typing import Callable
 
 from elf.cli import ElfError
 from elf.config import to_dict
+from elf.stages.args import TrainSettings, parse_train_settings
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 CHECKPOINT_STEP = re.compile(r"checkpoint_(\d+)")   # the authors' save_checkpoint names
@@ -229,42 +230,50 @@ def check_training_config(config_path: Path | None, run_s, data_s, emb_s) -> dic
 
 
 def run(args) -> None:
+    settings = parse_train_settings(args.settings)
+    release_run(settings, source=args.source or settings.run.released, filename=args.filename,
+                revision=args.revision or settings.run.released_revision, tokenizer_ref=args.tokenizer,
+                out=Path(args.out))
+
+
+def release_run(settings: TrainSettings, *, source: str | None, filename: str | None,
+                revision: str | None, tokenizer_ref: str, out: Path) -> None:
+    """Fetch the released checkpoint, check it against the run's settings, write the run directory."""
+    from elf.artifacts.names import (RUN_DATASET, RUN_EMBEDDING, RUN_PARAMETERS, RUN_RELEASED,
+                                     RUN_SETTINGS, RUN_STATS, RUN_STORE, RUN_STORE_IDENTITY, RUN_TOKENIZER)
     from elf.data.tokenizer import load_tokenizer
     from elf.io import provenance, sha256_file
-    from elf.stages.train import parse_train_settings
     from elf.train.checkpoint import model_meta, save_final
     from elf.train.released import ReleasedCheckpointError, read_checkpoint
 
-    run_s, data_s, emb_s, sizes = parse_train_settings(args.settings)
+    run_s, data_s, emb_s = settings.run, settings.dataset, settings.embedding
     if run_s.kind != "released":
         raise ElfError(f"run kind is {run_s.kind!r}; `elf release` converts kind 'released' runs")
-    source = args.source or run_s.released
     if not source:
         raise ElfError("no --source, and the run has no `released` setting")
-    revision = args.revision or run_s.released_revision
-    path, config_path, origin = resolve_source(source, args.filename, revision)
+    path, config_path, origin = resolve_source(source, filename, revision)
     try:
         training_config = check_training_config(config_path, run_s, data_s, emb_s)
         weights = read_checkpoint(path)
     except ReleasedCheckpointError as err:
         raise ElfError(str(err)) from err
-    vocab = len(load_tokenizer(args.tokenizer))
+    vocab = len(load_tokenizer(tokenizer_ref))
     cfg = infer_config(weights.ema, data_s.max_length, vocab, f"{path} ({weights.ema_from})")
-    problems = model_mismatches(cfg, run_s, sizes)
+    problems = model_mismatches(cfg, run_s, settings.sizes)
     if problems:
         raise ElfError(f"{path} does not match the run's model settings: " + "; ".join(problems))
     if vocab > cfg.vocab_size:
-        raise ElfError(f"tokenizer {args.tokenizer} has {vocab} ids, the checkpoint's decode head "
+        raise ElfError(f"tokenizer {tokenizer_ref} has {vocab} ids, the checkpoint's decode head "
                        f"only {cfg.vocab_size}: not the tokenizer it was trained with")
     ema = build_network(weights.ema, cfg, f"{path} ({weights.ema_from})")
     raw = build_network(weights.raw, cfg, f"{path} ({weights.raw_from})")
-    meta = model_meta(
-        cfg, run=to_dict(run_s), dataset=to_dict(data_s), embedding=to_dict(emb_s), store=None,
-        tokenizer=str(args.tokenizer), store_identity=None,
-        normalization_stats={"normalization": "fixed", "mean": emb_s.mean, "std": emb_s.std},
-        num_parameters=sum(p.numel() for p in ema.parameters()),
-        released=provenance(**origin, revision=revision, sha256=sha256_file(path),
-                            step=weights.step, epoch=weights.epoch, entries=weights.keys,
-                            ema_weights=weights.ema_from, raw_weights=weights.raw_from,
-                            training_config=training_config))
-    save_final(Path(args.out), raw.state_dict(), ema.state_dict(), meta)
+    meta = model_meta(cfg, **{
+        RUN_SETTINGS: to_dict(run_s), RUN_DATASET: to_dict(data_s), RUN_EMBEDDING: to_dict(emb_s),
+        RUN_STORE: None, RUN_TOKENIZER: str(tokenizer_ref), RUN_STORE_IDENTITY: None,
+        RUN_STATS: {"normalization": "fixed", "mean": emb_s.mean, "std": emb_s.std},
+        RUN_PARAMETERS: ema.num_parameters(),
+        RUN_RELEASED: provenance(**origin, revision=revision, sha256=sha256_file(path),
+                                 step=weights.step, epoch=weights.epoch, entries=weights.keys,
+                                 ema_weights=weights.ema_from, raw_weights=weights.raw_from,
+                                 training_config=training_config)})
+    save_final(out, raw.state_dict(), ema.state_dict(), meta)

@@ -19,18 +19,20 @@ example's reference. The checkpoint's weights are verified against its ``checksu
 tokenizer against the one the checkpoint (and a conditional store) was made with
 (``elf.artifacts``); ``<out>.lock`` keeps a second sampler of the same output off. A run trained
 without a decode head names a separate decoder (Fig. 5b); pass its directory with ``--decoder``.
+The batches themselves are ``elf.flow.sampling``'s; this stage loads the inputs and writes the files.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 from pathlib import Path
 
+from elf.artifacts import layout
+from elf.artifacts.names import PROVENANCE, RUN_DATASET, RUN_MODEL, RUN_SETTINGS
 from elf.cli import ElfError, resolve_device
-from elf.config import PRECISIONS
+from elf.config import PRECISIONS, SamplerSettings
+from elf.stages.args import parse_settings
 
 
 def add_rollout_args(p) -> None:
@@ -46,12 +48,8 @@ def add_rollout_args(p) -> None:
                    "overrides it")
 
 
-def rollout_precision(args, settings, meta: dict) -> str:
-    """The precision a rollout runs in: fp32 if the sampler setting says so, else ``--precision``,
-    else the policy the checkpoint was trained under."""
-    if settings.precision == "fp32":
-        return "fp32"
-    return args.precision or meta.get("precision", "fp32")
+def parse_sampler(text: str) -> SamplerSettings:
+    return parse_settings(text, SamplerSettings, "sampler", "--sampler")
 
 
 def register(sub) -> None:
@@ -75,111 +73,71 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def parse_sampler_settings(text: str):
-    """``--sampler`` JSON → SamplerSettings, or an ElfError naming the bad key."""
-    from elf.config import ConfigError, SamplerSettings, from_dict
-    try:
-        return from_dict(SamplerSettings, json.loads(text), "sampler")
-    except (json.JSONDecodeError, ConfigError) as err:
-        raise ElfError(f"--sampler: {err}") from err
-
-
-def batch_generator(seed: int, batch: int):
-    import torch
-    return torch.Generator().manual_seed(seed * 1_000_003 + batch)
+def check_sampling(seeds: list[int], batch_size: int, n: int) -> None:
+    """Distinct seeds >= 0, a batch of at least one sample, n >= 0 (0: every conditional example)."""
+    if len(set(seeds)) != len(seeds):
+        raise ElfError(f"--seed: a seed is given twice ({seeds})")
+    if batch_size < 1 or n < 0 or min(seeds) < 0:
+        raise ElfError(f"--batch-size {batch_size}, --n {n}, --seed {seeds}: allowed "
+                       "--batch-size >= 1, --n >= 0 (0: every conditional example), seeds >= 0")
 
 
 def run(args) -> None:
-    if len(set(args.seed)) != len(args.seed):
-        raise ElfError(f"--seed: a seed is given twice ({args.seed})")
-    if args.out and len(args.seed) != 1:
-        raise ElfError(f"--out holds one seed; for {len(args.seed)} seeds pass --out-dir")
-    if args.batch_size < 1 or args.n < 0 or min(args.seed) < 0:
-        raise ElfError(f"--batch-size {args.batch_size}, --n {args.n}, --seed {args.seed}: allowed "
-                       "--batch-size >= 1, --n >= 0 (0: every conditional example), seeds >= 0")
     from elf.io import output_lock
 
+    check_sampling(args.seed, args.batch_size, args.n)
+    if args.out and len(args.seed) != 1:
+        raise ElfError(f"--out holds one seed; for {len(args.seed)} seeds pass --out-dir")
+    settings = parse_sampler(args.sampler)
     with output_lock(args.out or args.out_dir):
-        _run(args)
+        job, fields = load_job(
+            Path(args.checkpoint), settings, tokenizer_ref=args.tokenizer,
+            device=resolve_device(args.device), asked_precision=args.precision, n=args.n,
+            store=args.store, tokens=args.tokens, split=args.split, decoder_dir=args.decoder)
+        fields.update(run=args.run_name or Path(args.checkpoint).name, sampler=args.sampler_name,
+                      batch_size=args.batch_size)
+        sample = dict(job=job, fields=fields, batch_size=args.batch_size, progress=not args.no_progress)
+        if args.out:
+            sample_seed(**sample, seed=args.seed[0], out=Path(args.out))
+        else:
+            sample_seeds(**sample, seeds=args.seed, out_dir=Path(args.out_dir))
 
 
-def _run(args) -> None:
-    job = _load_job(args)
-    if args.out:
-        _sample_seed(job, args, job.header(args.seed[0]), Path(args.out),
-                     Path(str(args.out) + ".partial"))
-        return
-    out_dir = Path(args.out_dir)
+def header_of(fields: dict, seed: int) -> dict:
+    """The provenance header of one seed's samples file."""
+    from elf.artifacts.records import samples_header
+    from elf.io import provenance
+
+    return provenance(**samples_header(**fields, seed=seed))
+
+
+def sample_seeds(job, fields: dict, batch_size: int, progress: bool, seeds: list[int],
+                 out_dir: Path) -> None:
+    """Every seed into ``out_dir/seed<k>.jsonl``, built in ``<out_dir>.partial/`` and moved into place."""
+    import os
+
     staging = out_dir.with_name(out_dir.name + ".partial")
     staging.mkdir(parents=True, exist_ok=True)
-    for seed in args.seed:
-        final, header = staging / f"seed{seed}.jsonl", job.header(seed)
+    wanted = {layout.seed_file(staging, seed, layout.SAMPLES_SUFFIX) for seed in seeds}
+    for seed in seeds:
+        final = layout.seed_file(staging, seed, layout.SAMPLES_SUFFIX)
+        header = header_of(fields, seed)
         done = out_dir / final.name  # a previous complete run's file, e.g. before a seed was added
         if not _finished(final, header) and _finished(done, header):
             shutil.copyfile(done, final)
         if not _finished(final, header):
-            _sample_seed(job, args, header, final, staging / f"seed{seed}.jsonl.partial")
-    for stray in set(staging.iterdir()) - {staging / f"seed{seed}.jsonl" for seed in args.seed}:
+            sample_seed(job, fields, batch_size, progress, seed, final,
+                        partial=final.with_name(final.name + ".partial"))
+    for stray in set(staging.iterdir()) - wanted:
         stray.unlink()  # seeds no longer asked for
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(staging, out_dir)
 
 
-class _Job:
-    """What every seed of one (checkpoint, sampler) shares: loaded once per process."""
-
-    def __init__(self, args, settings, model, meta, decoder, decoder_sha256, tokenizer, source_rows,
-                 device, checkpoint_sha256):
-        from elf.config import to_dict
-        from elf.io import sha256_json
-
-        self.settings, self.model, self.meta, self.device = settings, model, meta, device
-        self.decoder, self.tokenizer, self.source_rows = decoder, tokenizer, source_rows
-        self.precision = rollout_precision(args, settings, meta)
-        conditional = source_rows is not None
-        n = len(source_rows["input_ids"]) if conditional else args.n
-        self.n = min(n, args.n) if conditional and args.n else n
-        self._fields = dict(
-            checkpoint=str(args.checkpoint), checkpoint_sha256=checkpoint_sha256,
-            run=args.run_name or Path(args.checkpoint).name,
-            run_config_sha256=sha256_json(meta["run"]), sampler=args.sampler_name,
-            sampler_settings=to_dict(settings), precision=self.precision, n=self.n,
-            batch_size=args.batch_size, task=meta["dataset"]["task"], eval_store=args.store,
-            eval_tokens=args.tokens,
-            eval_split=source_rows["split"] if conditional else None,
-            eval_store_identity=source_rows["store_identity"] if conditional else None,
-            decoder=args.decoder, decoder_sha256=decoder_sha256)
-
-    def header(self, seed: int) -> dict:
-        """The provenance header of one seed's samples file."""
-        from elf.io import provenance
-
-        return provenance(**self._fields, seed=seed)
-
-
-def _load_job(args) -> _Job:
-    from elf.artifacts import check_tokenizer
-    from elf.data.tokenizer import load_tokenizer
-    from elf.train.checkpoint import checkpoint_sha256, load_model
-
-    settings = parse_sampler_settings(args.sampler)
-    device = resolve_device(args.device)
-    model, meta = load_model(Path(args.checkpoint), "ema", device)
-    decoder, decoder_sha256 = _separate_decoder(args, meta, device)
-    tokenizer = load_tokenizer(args.tokenizer)
-    check_tokenizer(args.tokenizer, {"name_or_path": meta.get("tokenizer"),
-                                     "tokenizer_sha256": meta.get("tokenizer_sha256")},
-                    f"checkpoint {args.checkpoint}")
-    conditional = meta["dataset"]["task"] != "unconditional"
-    source_rows = _conditional_inputs(args, meta) if conditional else None
-    return _Job(args, settings, model, meta, decoder, decoder_sha256, tokenizer, source_rows, device,
-                checkpoint_sha256(Path(args.checkpoint)))
-
-
 def _finished(path: Path, header: dict) -> bool:
     """A complete seed file from an interrupted multi-seed run, with the same inputs and settings."""
-    from elf.artifacts.records import SamplesFormatError, read_samples
+    from elf.artifacts.records import SamplesFormatError, read_samples, same_sample_inputs
 
     if not path.exists():
         return False
@@ -187,90 +145,134 @@ def _finished(path: Path, header: dict) -> bool:
         old, rows = read_samples(path)
     except SamplesFormatError:
         return False
-    return _same_inputs(old, header) and len(rows) == header["n"]
+    return same_sample_inputs(old, header) and len(rows) == header["n"]
 
 
-def _sample_seed(job: _Job, args, header: dict, out: Path, partial: Path) -> None:
-    """Sample the seed of ``header`` into ``out``, resuming from (and then removing) ``partial``."""
+def sample_seed(job, fields: dict, batch_size: int, progress: bool, seed: int, out: Path,
+                partial: Path | None = None) -> None:
+    """One seed into ``out``, resuming from the whole batches in ``partial`` (``<out>.partial``),
+    which is removed at the end."""
     from tqdm import tqdm
 
-    from elf.artifacts.records import write_samples
+    from elf.artifacts.records import same_sample_inputs, write_samples
+    from elf.flow.sampling import sample_rows
+    from elf.io import append_jsonl, resume_jsonl, rewrite_jsonl
 
-    seed = header["seed"]
-    rows = _resume(partial, header)
-    L, d = job.meta["model"]["max_length"], job.meta["model"]["d"]
-    starts = list(range(0, job.n, args.batch_size))
-    done = len(rows) // args.batch_size if rows else 0
-    rows = rows[:done * args.batch_size]
-    _rewrite_partial(partial, header, rows)
+    partial = partial or Path(f"{out}.partial")
+    header = header_of(fields, seed)
+    rows = resume_jsonl(partial, lambda first: same_sample_inputs(first.get(PROVENANCE) or {}, header))
+    done = len(rows) // batch_size
+    rows = rows[:done * batch_size]
+    rewrite_jsonl(partial, {PROVENANCE: header}, rows)
     bar = tqdm(total=job.n, initial=len(rows), desc=f"sample seed {seed}", unit="sample",
-               disable=args.no_progress)
-    for k in range(done, len(starts)):
-        lo, hi = starts[k], min(starts[k] + args.batch_size, job.n)
-        batch_rows = _sample_batch(job.model, job.meta, job.settings, job.tokenizer, lo, hi, L, d,
-                                   job.device, batch_generator(seed, k), job.source_rows, job.decoder,
-                                   job.precision)
-        with open(partial, "a") as fh:
-            for row in batch_rows:
-                fh.write(json.dumps(row) + "\n")
-        rows += batch_rows
-        bar.update(hi - lo)
+               disable=not progress)
+    for batch in sample_rows(job, seed, batch_size, start_batch=done):
+        append_jsonl(partial, batch)
+        rows += batch
+        bar.update(len(batch))
     bar.close()
     write_samples(out, header, rows)
     partial.unlink(missing_ok=True)
 
 
-def _separate_decoder(args, meta, device):
+# --------------------------------------------------------------------------------------------------
+# Loading the inputs
+# --------------------------------------------------------------------------------------------------
+
+def load_job(checkpoint: Path, settings: SamplerSettings, *, tokenizer_ref: str, device,
+             asked_precision: str | None, n: int, store: str | None = None, tokens: str | None = None,
+             split: str | None = None, decoder_dir: str | None = None):
+    """The ``SamplingJob`` of one (checkpoint, sampler) and the samples-header fields it decides."""
+    from elf.artifacts import check_tokenizer
+    from elf.artifacts.names import RUN_TOKENIZER, TOKENIZER_SHA256
+    from elf.config import DatasetSettings, from_dict, to_dict
+    from elf.data.tokenizer import load_tokenizer
+    from elf.flow.sampling import SamplingJob, rollout_precision
+    from elf.io import sha256_json
+    from elf.train.checkpoint import checkpoint_sha256, load_model
+
+    model, meta = load_model(checkpoint, "ema", device)
+    decoder, decoder_sha256 = separate_decoder(meta, decoder_dir, checkpoint, device)
+    tokenizer = load_tokenizer(tokenizer_ref)
+    check_tokenizer(tokenizer_ref, {"name_or_path": meta.get(RUN_TOKENIZER),
+                                    TOKENIZER_SHA256: meta.get(TOKENIZER_SHA256)},
+                    f"checkpoint {checkpoint}")
+    dataset = meta[RUN_DATASET]
+    rows = None
+    if dataset["task"] != "unconditional":
+        rows = conditional_inputs(meta, store=store, tokens=tokens, split=split, tokenizer_ref=tokenizer_ref)
+        n = min(len(rows["input_ids"]), n) if n else len(rows["input_ids"])
+    precision = rollout_precision(asked_precision, settings, meta)
+    model_cfg = meta[RUN_MODEL]
+    # the target positions the layout leaves (config-checked against `target_length`)
+    target = from_dict(DatasetSettings, dataset, "checkpoint dataset").target_tokens if rows else None
+    job = SamplingJob(model, settings, tokenizer, device, precision,
+                      prediction=meta[RUN_SETTINGS]["model"]["prediction"],
+                      seq_shape=(model_cfg["max_length"], model_cfg["d"]), n=n, source_rows=rows,
+                      target_tokens=target, decoder=decoder)
+    fields = dict(checkpoint=str(checkpoint), checkpoint_sha256=checkpoint_sha256(checkpoint),
+                  run_config_sha256=sha256_json(meta[RUN_SETTINGS]), sampler_settings=to_dict(settings),
+                  precision=precision, n=n, task=dataset["task"], eval_store=store, eval_tokens=tokens,
+                  eval_split=rows["split"] if rows else None,
+                  eval_store_identity=rows["store_identity"] if rows else None,
+                  decoder=decoder_dir, decoder_sha256=decoder_sha256)
+    return job, fields
+
+
+def separate_decoder(meta: dict, decoder_dir: str | None, checkpoint: Path, device):
     """The run's separate decoder (and its weights' sha256), or (None, None) for a shared one."""
     from elf.artifacts import verified_sha256
-    from elf.stages.decoder import load_decoder
+    from elf.artifacts.names import DECODER_WEIGHTS, RUN_EMBEDDING
+    from elf.train.checkpoint import load_decoder
 
-    named = meta["run"].get("decoder")
-    if not named and not args.decoder:
-        if not meta["model"].get("decode_head", True):
-            raise ElfError(f"{args.checkpoint}: the network has no decode head and its run names no "
+    named = meta[RUN_SETTINGS].get("decoder")
+    if not named and not decoder_dir:
+        if not meta[RUN_MODEL].get("decode_head", True):
+            raise ElfError(f"{checkpoint}: the network has no decode head and its run names no "
                            "decoder")
         return None, None
-    if not args.decoder:
+    if not decoder_dir:
         raise ElfError(f"run decodes with the separate decoder '{named}': pass --decoder")
     if not named:
-        raise ElfError(f"--decoder given but the run of {args.checkpoint} names no decoder")
-    decoder, dmeta = load_decoder(args.decoder, device)
-    if dmeta["embedding"] != meta["embedding"] or dmeta["decoder"]["d"] != meta["model"]["d"]:
-        raise ElfError(f"--decoder {args.decoder} was trained on embedding {dmeta['embedding']} "
-                       f"but the run uses {meta['embedding']}")
-    return decoder, verified_sha256(Path(args.decoder) / "model.safetensors")
+        raise ElfError(f"--decoder given but the run of {checkpoint} names no decoder")
+    decoder, dmeta = load_decoder(decoder_dir, device)
+    if dmeta[RUN_EMBEDDING] != meta[RUN_EMBEDDING] or dmeta["decoder"]["d"] != meta[RUN_MODEL]["d"]:
+        raise ElfError(f"--decoder {decoder_dir} was trained on embedding {dmeta[RUN_EMBEDDING]} "
+                       f"but the run uses {meta[RUN_EMBEDDING]}")
+    return decoder, verified_sha256(Path(decoder_dir) / DECODER_WEIGHTS)
 
 
-def _conditional_inputs(args, meta) -> dict:
+def conditional_inputs(meta: dict, *, store: str | None, tokens: str | None, split: str | None,
+                       tokenizer_ref: str) -> dict:
     """Clean source embeddings (normalised as in training), masks, source text and reference, all
     of the store's split."""
     import numpy as np
     import torch
 
     from elf.artifacts import check_tokenizer
+    from elf.artifacts.names import RUN_EMBEDDING, STORE_SOURCE, STORE_TOKENIZER
     from elf.embed.kinds import normalise
     from elf.embed.store import from_storage, open_store
 
-    if not args.store or not args.tokens:
+    if not store or not tokens:
         raise ElfError("a conditional run needs --store (evaluation split) and --tokens")
-    store = open_store(args.store)
-    identity = store.attrs.get("identity") or {}
-    check_tokenizer(args.tokenizer, identity.get("tokenizer"), f"store {args.store}")
-    split = _store_split(store, identity, args.split)
-    rows = store.read_rows(0, len(store))
-    emb = from_storage(rows["embeddings"], store.dtype)
-    e = meta["embedding"]
-    x = normalise(emb, store.stats, e["normalization"], e["mean"], e["std"]).float()
-    packed = _packed_split(args.tokens, split)
-    if len(packed) != len(store) or not np.array_equal(np.asarray(packed["input_ids"]),
-                                                       np.asarray(rows["input_ids"])):
-        raise ElfError(f"--tokens {args.tokens} split {split!r} ({len(packed)} rows) is not the "
-                       f"token data of --store {args.store} ({len(store)} rows, made from "
-                       f"{identity.get('source', {}).get('tokens')}): sources and references "
+    opened = open_store(store)
+    identity = opened.identity
+    check_tokenizer(tokenizer_ref, identity.get(STORE_TOKENIZER), f"store {store}")
+    split = _store_split(opened, identity, split)
+    rows = opened.read_rows(0, len(opened))
+    emb = from_storage(rows["embeddings"], opened.dtype)
+    e = meta[RUN_EMBEDDING]
+    x = normalise(emb, opened.stats, e["normalization"], e["mean"], e["std"]).float()
+    packed = _packed_split(tokens, split)
+    if len(packed) != len(opened) or not np.array_equal(np.asarray(packed["input_ids"]),
+                                                        np.asarray(rows["input_ids"])):
+        raise ElfError(f"--tokens {tokens} split {split!r} ({len(packed)} rows) is not the "
+                       f"token data of --store {store} ({len(opened)} rows, made from "
+                       f"{identity.get(STORE_SOURCE, {}).get('tokens')}): sources and references "
                        "would not pair with the stored embeddings; pass the tokens the store was "
                        "embedded from")
-    return dict(split=split, store_identity=store.attrs.get("identity_sha256"),
+    return dict(split=split, store_identity=opened.identity_sha256,
                 input_ids=torch.as_tensor(np.asarray(rows["input_ids"]), dtype=torch.long),
                 cond_seq_mask=torch.as_tensor(np.asarray(rows["cond_seq_mask"])) > 0, x=x,
                 source_length=torch.as_tensor(np.asarray(packed["source_length"])),
@@ -279,7 +281,9 @@ def _conditional_inputs(args, meta) -> dict:
 
 def _store_split(store, identity: dict, asked: str | None) -> str:
     """The split an evaluation store holds (its identity); ``--split`` may only repeat it."""
-    held = identity.get("source", {}).get("split")
+    from elf.artifacts.names import STORE_SOURCE
+
+    held = identity.get(STORE_SOURCE, {}).get("split")
     if asked is not None and held is not None and asked != held:
         raise ElfError(f"--split {asked!r}, but --store {store.path} holds split {held!r}: sources and "
                        "references come from the store's split; pass the store of the split to sample")
@@ -296,79 +300,3 @@ def _packed_split(tokens: str, split: str):
     if split not in splits:
         raise ElfError(f"--tokens {tokens} has no split {split!r} (has {list(splits)})")
     return splits[split]
-
-
-def _sample_batch(model, meta, s, tokenizer, lo, hi, L, d, device, generator, source_rows,
-                  decoder=None, precision="fp32"):
-    import torch
-
-    from elf.flow.samplers import Source, decode_final, postprocess, rollout
-    from elf.precision import network_autocast
-
-    B = hi - lo
-    z_init = (s.noise_scale * torch.randn(B, L, d, generator=generator)).to(device)
-    source = None
-    if source_rows is not None:
-        source = Source(source_rows["cond_seq_mask"][lo:hi].to(device),
-                        source_rows["x"][lo:hi].to(device))
-    with torch.no_grad(), network_autocast(device, precision):
-        z, _ = rollout(model, s, z_init, generator, source=source,
-                       prediction=meta["run"]["model"]["prediction"])
-        ids = decode_final(model, z, s.sc_cfg, decoder).argmax(-1).cpu()
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    if source_rows is None:
-        tokens = postprocess(ids, eos, pad)
-    else:
-        from elf.config import DatasetSettings, from_dict
-
-        # the target positions the layout leaves (config-checked against `target_length`)
-        target = from_dict(DatasetSettings, meta["dataset"], "checkpoint dataset").target_tokens
-        tokens = postprocess(ids, eos, pad, source_length=source_rows["source_length"][lo:hi],
-                             target_length=target)
-    rows = []
-    for i, seq in enumerate(tokens.tolist()):
-        kept = seq[:seq.index(eos)] if eos in seq else seq
-        kept = [t for t in kept if t != pad]
-        row = dict(i=lo + i, text=tokenizer.decode(kept, skip_special_tokens=True), token_ids=kept)
-        if source_rows is not None:
-            row.update(source=source_rows["source_text"][lo + i],
-                       reference=source_rows["reference"][lo + i])
-        rows.append(row)
-    return rows
-
-
-def _resume(partial: Path, header: dict) -> list[dict]:
-    """Rows of a previous interrupted run with the same checkpoint, sampler and seed."""
-    if not partial.exists():
-        return []
-    lines = partial.read_text().splitlines()
-    try:
-        old = json.loads(lines[0])["provenance"]
-    except (IndexError, json.JSONDecodeError, KeyError):
-        return []
-    if not _same_inputs(old, header):
-        return []
-    rows = []
-    for line in lines[1:]:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by the kill
-            break
-    return rows
-
-
-def _same_inputs(old: dict, header: dict) -> bool:
-    # batch k's noise comes from generator (seed, k) in one draw of batch_size rows: rows written
-    # with another batch size are other samples
-    return all(old.get(k) == header[k] for k in ("checkpoint_sha256", "sampler_settings", "precision",
-                                                  "seed", "n", "batch_size", "decoder_sha256"))
-
-
-def _rewrite_partial(partial: Path, header: dict, rows: list[dict]) -> None:
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial.with_suffix(".tmp")
-    with open(tmp, "w") as fh:
-        fh.write(json.dumps({"provenance": header}) + "\n")
-        for row in rows:
-            fh.write(json.dumps(row) + "\n")
-    os.replace(tmp, partial)

@@ -36,14 +36,13 @@ corpus's words but no order. Documents are cut at the same ``--max-length`` as s
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from elf.artifacts.names import (METRICS, PER_SAMPLE, PROVENANCE, REFERENCE_KIND, REFERENCE_TOKENIZER,
+                                 SAMPLES_HEADER, SAMPLES_SHA256, SCORED_SAMPLES, SCORER, TEXTS_SHA256)
 from elf.cli import ElfError, resolve_device
 from elf.config import PRECISIONS
-from elf.artifacts.records import SamplesFormatError, read_samples, scorer_fingerprint, texts_sha256
-from elf.evaluate.samples import read_text_column, reference_rows
-from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
+from elf.io import atomic_dir, provenance, sha256_file, write_json
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
 # `elf --help` imports every stage module.
@@ -81,98 +80,28 @@ def register(subparsers) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Metrics per task
-# --------------------------------------------------------------------------------------------------
-
-_SCORERS: dict[tuple, tuple] = {}  # one load per process: `elf evaluate` scores many samplers
-
-
-def load_unconditional_scorer(args) -> tuple:
-    """(model, tokenizer, device) of ``--scorer``, loaded once for every file scored."""
-    from elf.evaluate.scorer import load_scorer
-    from elf.precision import scorer_dtype
-
-    if not args.scorer:
-        raise ElfError("--scorer is required for unconditional scoring")
-    device = resolve_device(args.device)
-    key = (args.scorer, str(device), args.precision)
-    if key not in _SCORERS:
-        try:
-            _SCORERS[key] = load_scorer(args.scorer, device, scorer_dtype(args.precision))
-        except OSError as err:
-            raise ElfError(f"--scorer {args.scorer}: cannot load ({err})") from err
-    return (*_SCORERS[key], device)
-
-
-def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, dict, list[dict]]:
-    """(metrics, metrics_settings, scorer provenance fields, per-sample values) for Gen. PPL and
-    entropy."""
-    from elf.evaluate.entropy import text_entropy
-    from elf.evaluate.genppl import gen_ppl, scoring_context
-
-    model, tokenizer, device = scorer
-    context = scoring_context(model, args.max_length)
-    ppl = gen_ppl(texts, model, tokenizer, batch_size=args.batch_size, device=device,
-                  max_length=context)
-    entropy = text_entropy(texts, tokenizer, max_length=context)  # the ids the scorer saw
-    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"], "n_samples": len(texts),
-               "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
-    settings = {"batch_size": args.batch_size, "context": context,
-                "padding": "right, EOS, to the longest sample of the whole set",
-                "counted": "non-EOS targets from position 1 plus each row's first EOS",
-                "dropped": "samples empty after strip() (Gen. PPL and entropy)",
-                "scorer_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-                "device": str(device), "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
-    per_sample = [{"gen_ppl": p, "entropy": h}
-                  for p, h in zip(ppl["per_sample"], entropy["per_sample"])]
-    return (metrics, settings, {"scorer": str(args.scorer), **scorer_fingerprint(args.scorer, model)},
-            per_sample)
-
-
-def conditional_metrics(rows: list[dict], task: str) -> tuple[dict, dict, list[dict]]:
-    """(metrics, metrics_settings, per-example values) for translation (corpus BLEU; sentence BLEU
-    per example) or summarization (ROUGE)."""
-    from elf.evaluate.textmetrics import (BLEU_SETTINGS, ROUGE_SETTINGS, bleu, rouge,
-                                          rouge_per_example, sentence_bleus)
-
-    missing = [row.get("i", n) for n, row in enumerate(rows) if not isinstance(row.get("reference"), str)]
-    if missing:
-        raise ElfError(f"{task} scoring needs a 'reference' on every sample; missing on i={missing[:5]}")
-    hyps, refs = [row["text"] for row in rows], [row["reference"] for row in rows]
-    if task == "translation":
-        score, signature = bleu(hyps, refs)
-        per_example = [{"bleu": b} for b in sentence_bleus(hyps, refs)]
-        return ({"bleu": score, "bleu_signature": signature, "n_examples": len(rows)}, BLEU_SETTINGS,
-                per_example)
-    return rouge(hyps, refs), ROUGE_SETTINGS, rouge_per_example(hyps, refs)
-
-
-def finite_or_none(metrics: dict) -> dict:
-    """JSON has no NaN: a metric with nothing to average becomes null."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
-
-
-# --------------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
     if args.batch_size < 1 or args.max_length < 2 or args.n < 1:
         raise ElfError("--batch-size and --n must be >= 1, --max-length >= 2")
+    options = dict(scorer_ref=args.scorer, device=args.device, precision=args.precision,
+                   batch_size=args.batch_size, max_length=args.max_length)
     if args.reference_texts:
         if not args.out:
             raise ElfError("--reference-texts writes one score: pass --out")
-        run_reference(args)
+        if args.task != "unconditional":
+            raise ElfError("--reference-texts scores Gen. PPL and entropy: use --task unconditional")
+        score_reference(args.reference_texts, split=args.split, n=args.n, tokenizer_ref=args.tokenizer,
+                        out=Path(args.out), **options)
         return
     if args.out and len(args.samples) != 1:
         raise ElfError(f"--out holds one score; for {len(args.samples)} samples files pass --out-dir")
     stems = [Path(path).stem for path in args.samples]
     if len(set(stems)) != len(stems):
         raise ElfError(f"--samples: two files share a name, their scores would collide: {args.samples}")
-    loaded = [read_samples_file(path, args) for path in args.samples]  # all checked before scoring
-    scorer = load_unconditional_scorer(args) if args.task == "unconditional" else None
-    records = {Path(path).stem: score_record(path, header, rows, args, scorer)
-               for path, (header, rows) in zip(args.samples, loaded)}
+    records = score_samples(args.samples, task=args.task, run=args.run, sampler=args.sampler, **options)
     if args.out:
         write_json(args.out, records[stems[0]])
         return
@@ -181,10 +110,52 @@ def run(args) -> None:
             write_json(tmp / f"{stem}.json", record)
 
 
-def read_samples_file(path: str, args) -> tuple[dict, list[dict]]:
+_SCORERS: dict[tuple, tuple] = {}  # one load per process: `elf evaluate` scores many samplers
+
+
+def load_unconditional_scorer(scorer_ref: str | None, device: str, precision: str, batch_size: int,
+                              max_length: int):
+    """The ``Scorer`` of ``--scorer``, its weights loaded once for every file scored."""
+    from elf.evaluate.metrics import Scorer
+    from elf.evaluate.scorer import load_scorer
+    from elf.precision import scorer_dtype
+
+    if not scorer_ref:
+        raise ElfError("--scorer is required for unconditional scoring")
+    device = resolve_device(device)
+    key = (scorer_ref, str(device), precision)
+    if key not in _SCORERS:
+        try:
+            _SCORERS[key] = load_scorer(scorer_ref, device, scorer_dtype(precision))
+        except OSError as err:
+            raise ElfError(f"--scorer {scorer_ref}: cannot load ({err})") from err
+    return Scorer(*_SCORERS[key], device, batch_size, max_length)
+
+
+def scorer_fields(scorer_ref: str, scorer) -> dict:
+    """How a score file's provenance names its scorer (``elf.artifacts.records.scorer_fingerprint``)."""
+    from elf.artifacts.records import scorer_fingerprint
+
+    return {SCORER: str(scorer_ref), **scorer_fingerprint(scorer_ref, scorer.model)}
+
+
+def score_samples(paths: list[str], *, task: str, run: str | None, sampler: str | None,
+                  recorded_as: dict[str, str] | None = None, **options) -> dict[str, dict]:
+    """The score record of each samples file, by file stem (every file checked before any is scored);
+    a file is named by its path, or the path ``recorded_as`` maps it to (where it will lie)."""
+    loaded = [read_samples_file(path, task, run, sampler) for path in paths]
+    scorer = load_unconditional_scorer(**options) if task == "unconditional" else None
+    return {Path(path).stem: score_record(path, header, rows, task, scorer, options["scorer_ref"],
+                                          (recorded_as or {}).get(str(path), str(path)))
+            for path, (header, rows) in zip(paths, loaded)}
+
+
+def read_samples_file(path: str, task: str, run: str | None, sampler: str | None
+                      ) -> tuple[dict, list[dict]]:
     """A samples file, checked against what it claims (``elf.artifacts.check_samples_header``: its
     seed, task, run, sampler and checkpoint)."""
     from elf.artifacts import check_samples_header
+    from elf.artifacts.records import SamplesFormatError, read_samples
 
     try:
         header, rows = read_samples(path)
@@ -192,55 +163,60 @@ def read_samples_file(path: str, args) -> tuple[dict, list[dict]]:
         raise ElfError(f"--samples: {err}") from err
     if not rows:
         raise ElfError(f"--samples {path}: the file holds no samples")
-    check_samples_header(path, header, task=args.task, run=args.run, sampler=args.sampler)
+    check_samples_header(path, header, task=task, run=run, sampler=sampler)
     return header, rows
 
 
-def score_record(path: str, samples_header: dict, rows: list[dict], args, scorer) -> dict:
+def score_record(path: str, samples_header: dict, rows: list[dict], task: str, scorer,
+                 scorer_ref: str | None, recorded_path: str | None = None) -> dict:
     """The score file of one samples file: provenance, the samples' header, the metrics, and each
     sample's own values (``per_sample``: what the qualitative figure F8 shows beside a sample)."""
-    scorer_fields: dict = {}
-    if args.task == "unconditional":
-        metrics, settings, scorer_fields, per_sample = unconditional_metrics(
-            [row["text"] for row in rows], args, scorer)
+    from elf.evaluate.metrics import conditional_metrics, finite_or_none, unconditional_metrics
+
+    named: dict = {}
+    if task == "unconditional":
+        metrics, settings, per_sample = unconditional_metrics([row["text"] for row in rows], scorer)
+        named = scorer_fields(scorer_ref, scorer)
     else:
-        metrics, settings, per_sample = conditional_metrics(rows, args.task)
-    record = provenance(samples=str(path), samples_sha256=sha256_file(path),
-                        task=args.task, metrics_settings=settings, **scorer_fields)
-    return {"provenance": record, "samples_provenance": samples_header,
-            "metrics": finite_or_none(metrics),
-            "per_sample": [{"i": row.get("i", k), **finite_or_none(values)}
-                           for k, (row, values) in enumerate(zip(rows, per_sample))]}
+        missing = [row.get("i", n) for n, row in enumerate(rows) if not isinstance(row.get("reference"), str)]
+        if missing:
+            raise ElfError(f"{task} scoring needs a 'reference' on every sample; missing on i={missing[:5]}")
+        metrics, settings, per_sample = conditional_metrics([row["text"] for row in rows],
+                                                            [row["reference"] for row in rows], task)
+    record = provenance(**{SCORED_SAMPLES: recorded_path or str(path), SAMPLES_SHA256: sha256_file(path)},
+                        task=task,
+                        metrics_settings=settings, **named)
+    return {PROVENANCE: record, SAMPLES_HEADER: samples_header, METRICS: finite_or_none(metrics),
+            PER_SAMPLE: [{"i": row.get("i", k), **finite_or_none(values)}
+                         for k, (row, values) in enumerate(zip(rows, per_sample))]}
 
 
-def run_reference(args) -> None:
-    """Score real held-out text (the figures' "Dataset" line) in the same output format; with
-    ``--tokenizer``, its rows post-processed as samples are, and the calibration lines."""
-    if args.task != "unconditional":
-        raise ElfError("--reference-texts scores Gen. PPL and entropy: use --task unconditional")
-    tokenizer, rows = None, None
+def score_reference(source: str, *, split: str, n: int, tokenizer_ref: str | None, out: Path,
+                    **options) -> None:
+    """Score real held-out text (the figures' "Dataset" line) in the same output format; with a
+    tokenizer, its rows post-processed as samples are, and the calibration lines."""
+    from elf.artifacts.records import SamplesFormatError, texts_sha256
+    from elf.evaluate.metrics import calibration_metrics, finite_or_none, unconditional_metrics
+    from elf.evaluate.samples import reference_texts
+
+    tokenizer = load_tokenizer_or_fail(tokenizer_ref) if tokenizer_ref else None
     try:
-        if args.tokenizer:
-            tokenizer = load_tokenizer_or_fail(args.tokenizer)
-            rows, split = reference_rows(args.reference_texts, args.split, args.n, tokenizer.eos_token_id,
-                                         tokenizer.pad_token_id)
-            texts = [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
-        else:
-            texts, split = read_text_column(args.reference_texts, (args.split,), args.n)
+        texts, split, rows = reference_texts(source, split, n, tokenizer)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--reference-texts: {err}") from err
     if not texts:
-        raise ElfError(f"--reference-texts {args.reference_texts}: no rows to score")
-    scorer = load_unconditional_scorer(args)
-    metrics, settings, scorer_fields, _ = unconditional_metrics(texts, args, scorer)
-    data = {"kind": "reference_texts", "dataset": str(args.reference_texts), "split": split,
-            "n": len(texts), "texts_sha256": texts_sha256(texts),
+        raise ElfError(f"--reference-texts {source}: no rows to score")
+    scorer = load_unconditional_scorer(**options)
+    metrics, settings, _ = unconditional_metrics(texts, scorer)
+    data = {"kind": REFERENCE_KIND, "dataset": str(source), "split": split, "n": len(texts),
+            TEXTS_SHA256: texts_sha256(texts), REFERENCE_TOKENIZER: tokenizer_ref,
             "rows": "token ids cut at the first EOS, as samples" if rows else "text column"}
-    record = provenance(reference_texts=data, task=args.task, metrics_settings=settings, **scorer_fields)
-    result = {"provenance": record, "samples_provenance": data, "metrics": finite_or_none(metrics)}
+    record = provenance(**{REFERENCE_KIND: data}, task="unconditional", metrics_settings=settings,
+                        **scorer_fields(options["scorer_ref"], scorer))
+    result = {PROVENANCE: record, SAMPLES_HEADER: data, METRICS: finite_or_none(metrics)}
     if rows is not None:
-        result["calibration"] = calibration_metrics(rows, tokenizer, args, scorer)
-    write_json(args.out, result)
+        result["calibration"] = calibration_metrics(rows, tokenizer, scorer)
+    write_json(out, result)
 
 
 def load_tokenizer_or_fail(name: str):
@@ -250,12 +226,3 @@ def load_tokenizer_or_fail(name: str):
         return load_tokenizer(name)
     except (OSError, ValueError) as err:
         raise ElfError(f"--tokenizer {name}: cannot load ({err})") from err
-
-
-def calibration_metrics(rows: list[list[int]], tokenizer, args, scorer) -> dict:
-    """Gen. PPL and entropy of ``rows`` with their tokens shuffled, and of unigram draws (seed 0)."""
-    from elf.evaluate.calibration import CORRUPTIONS, corrupt_rows
-
-    def texts(how):
-        return [tokenizer.decode(r, skip_special_tokens=True) for r in corrupt_rows(rows, how, seed=0)]
-    return {how: finite_or_none(unconditional_metrics(texts(how), args, scorer)[0]) for how in CORRUPTIONS}

@@ -11,10 +11,9 @@ Writes ``--out``: ``save_pretrained`` model + tokenizer and ``provenance.json`` 
 
 from __future__ import annotations
 
-import json
-
 from elf.cli import ElfError, resolve_device
-from elf.config import ConfigError, ScorerSettings, from_dict, to_dict
+from elf.config import ScorerSettings, to_dict
+from elf.stages.args import parse_settings
 from elf.artifacts.records import SamplesFormatError, texts_sha256
 from elf.evaluate.samples import read_text_column
 from elf.io import provenance
@@ -32,41 +31,38 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def parse_settings(text: str) -> ScorerSettings:
-    try:
-        return from_dict(ScorerSettings, json.loads(text), "scorer")
-    except (json.JSONDecodeError, ConfigError) as err:
-        raise ElfError(f"--settings: {err}") from err
-
-
 def run(args) -> None:
+    make_scorer(parse_settings(args.settings, ScorerSettings, "scorer"), args.corpus, args.out,
+                resolve_device(args.device))
+
+
+def make_scorer(settings: ScorerSettings, corpus: str | None, out: str, device) -> None:
     # heavy imports here, not at module level: `elf --help` imports every stage
     from elf.evaluate.scorer import (load_scorer, save_scorer, train_bpe_tokenizer,
                                      train_scorer_model)
 
-    settings = parse_settings(args.settings)
     if settings.source == "pretrained":
         from elf.hub import pretrained_ref
 
         ref = pretrained_ref(settings.name_or_path, settings.revision)
         model, tokenizer = load_scorer(ref)
-        save_scorer(model, tokenizer, args.out, provenance(
+        save_scorer(model, tokenizer, out, provenance(
             settings=to_dict(settings), source=ref, revision=settings.revision,
             commit=getattr(model.config, "_commit_hash", None)))
         return
-    if not args.corpus:
+    if not corpus:
         raise ElfError("--corpus is required when the scorer is built (source: build)")
     try:
-        texts, split = read_text_column(args.corpus, CORPUS_SPLITS)
+        texts, split = read_text_column(corpus, CORPUS_SPLITS)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--corpus: {err}") from err
     tokenizer = train_bpe_tokenizer(texts, settings.vocab_size, settings.context)
     try:
-        model, losses = train_scorer_model(texts, tokenizer, settings, resolve_device(args.device))
+        model, losses = train_scorer_model(texts, tokenizer, settings, device)
     except ValueError as err:
-        raise ElfError(f"--corpus {args.corpus}: {err}") from err
-    record = provenance(settings=to_dict(settings), corpus=str(args.corpus), corpus_split=split,
+        raise ElfError(f"--corpus {corpus}: {err}") from err
+    record = provenance(settings=to_dict(settings), corpus=str(corpus), corpus_split=split,
                         corpus_documents=len(texts), corpus_sha256=texts_sha256(texts),
                         vocab_size=len(tokenizer), n_parameters=sum(p.numel() for p in model.parameters()),
                         loss_first=losses[0], loss_last=losses[-1], losses=losses)
-    save_scorer(model.cpu(), tokenizer, args.out, record)
+    save_scorer(model.cpu(), tokenizer, out, record)

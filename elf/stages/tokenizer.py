@@ -12,12 +12,14 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from elf.artifacts.names import PROVENANCE_FILE
+from elf.artifacts.records import folder_sha256
 from elf.cli import ElfError
-from elf.config import ConfigError, TokenizerSettings, from_dict, to_dict
-from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
+from elf.config import TokenizerSettings, to_dict
+from elf.io import atomic_dir, provenance, write_json
+from elf.stages.args import parse_settings
 
 
 def register(subparsers) -> None:
@@ -30,30 +32,24 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def folder_sha256(folder: str | Path) -> str:
-    """One hash of every file under ``folder`` (relative path -> sha256)."""
-    root = Path(folder)
-    return sha256_json({str(f.relative_to(root)): sha256_file(f)
-                        for f in sorted(root.rglob("*")) if f.is_file()})
-
-
 def run(args) -> None:
+    make_tokenizer(parse_settings(args.settings, TokenizerSettings, "tokenizer"), args.corpora,
+                   Path(args.out))
+
+
+def make_tokenizer(settings: TokenizerSettings, corpora: str | None, out: Path) -> None:
     from elf.data.tokenizer import corpus_texts, load_tokenizer, train_tokenizer
 
-    try:
-        settings = from_dict(TokenizerSettings, json.loads(args.settings), "tokenizer")
-    except (ConfigError, json.JSONDecodeError) as err:
-        raise ElfError(f"--settings: {err}") from err
     record = {"settings": to_dict(settings)}
     if settings.source == "build":
-        if not args.corpora or not Path(args.corpora).is_dir():
-            raise ElfError(f"--corpora {args.corpora!r}: the embedded corpora folder is required "
+        if not corpora or not Path(corpora).is_dir():
+            raise ElfError(f"--corpora {corpora!r}: the embedded corpora folder is required "
                            "to build a tokenizer (run `elf corpora`)")
         try:
-            tokenizer = train_tokenizer(corpus_texts(args.corpora), settings.vocab_size)
+            tokenizer = train_tokenizer(corpus_texts(corpora), settings.vocab_size)
         except FileNotFoundError as err:
-            raise ElfError(f"--corpora {args.corpora!r}: {err}") from err
-        record["corpora"] = {"path": args.corpora, "sha256": folder_sha256(args.corpora)}
+            raise ElfError(f"--corpora {corpora!r}: {err}") from err
+        record["corpora"] = {"path": corpora, "sha256": folder_sha256(corpora)}
     else:
         from elf.hub import pretrained_ref
 
@@ -64,6 +60,6 @@ def run(args) -> None:
             raise ElfError(f"tokenizer '{ref}' could not be loaded: {err}") from err
         record["pretrained"] = ref
     record["vocab_size"] = len(tokenizer)
-    with atomic_dir(args.out) as tmp:
+    with atomic_dir(out) as tmp:
         tokenizer.save_pretrained(str(tmp))
-        write_json(Path(tmp) / "provenance.json", provenance(**record))
+        write_json(Path(tmp) / PROVENANCE_FILE, provenance(**record))

@@ -15,10 +15,11 @@ Under ``torchrun`` it trains with DDP on every process of the job:
 from __future__ import annotations
 
 import argparse
-import json
+from pathlib import Path
 
 from elf.cli import ElfError
-from elf.config import ConfigError, DatasetSettings, EmbeddingSettings, RunSettings, from_dict, to_dict
+from elf.config import EmbeddingSettings, RunSettings, to_dict
+from elf.stages.args import TrainSettings, parse_train_settings
 
 
 def register(sub) -> None:
@@ -36,29 +37,21 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def parse_train_settings(text: str) -> tuple[RunSettings, DatasetSettings, EmbeddingSettings, dict]:
-    try:
-        blob = json.loads(text)
-        return (from_dict(RunSettings, blob["run"], "run"),
-                from_dict(DatasetSettings, blob["dataset"], "dataset"),
-                from_dict(EmbeddingSettings, blob["embedding"], "embedding"), blob.get("sizes", {}))
-    except (json.JSONDecodeError, KeyError, ConfigError) as err:
-        raise ElfError(f"--settings: {err}") from err
-
-
-def parse_precision(text: str) -> str:
-    """The precision policy of ``--settings`` (key ``precision``; fp32 when absent)."""
-    from elf.precision import check_precision
-    try:
-        return check_precision(json.loads(text).get("precision", "fp32"))
-    except ValueError as err:
-        raise ElfError(f"--settings: {err}") from err
-
-
 def run(args) -> None:
+    train_run(parse_train_settings(args.settings), store=args.store, tokens=args.tokens,
+              encoder=args.encoder, tokenizer_ref=args.tokenizer, out=Path(args.out),
+              progress=not args.no_progress)
+
+
+def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None, encoder: str | None,
+              tokenizer_ref: str, out: Path, progress: bool) -> None:
+    """Build the run's network and data, train it, write the run directory."""
     import torch
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
+    from elf.artifacts.names import (RUN_DATASET, RUN_EMBEDDING, RUN_PARAMETERS, RUN_PRECISION,
+                                     RUN_SETTINGS, RUN_STATS, RUN_STORE, RUN_STORE_IDENTITY, RUN_TOKENIZER,
+                                     RUN_TOKENS, RUN_TOKENS_FINGERPRINT, TOKENIZER_SHA256)
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
     from elf.io import output_lock
@@ -66,18 +59,17 @@ def run(args) -> None:
     from elf.train.checkpoint import model_meta
     from elf.train.loop import init_distributed, train
 
-    run_s, data_s, emb_s, sizes = parse_train_settings(args.settings)
-    precision = parse_precision(args.settings)
+    run_s, data_s, emb_s = settings.run, settings.dataset, settings.embedding
     if run_s.kind != "train":
         raise ElfError(f"run kind is {run_s.kind!r}; `elf train` trains kind 'train' runs only")
     if emb_s.kind == "learned" and not run_s.model.decode_head:
         raise ElfError("embedding kind 'learned' ties its table to the decode head's unembedding: "
                        "the run needs model.decode_head: true")
-    tokenizer = load_tokenizer(args.tokenizer)
-    source = _batch_source(args, emb_s, len(tokenizer))
-    check_tokenizer(args.tokenizer, *_recorded_tokenizer(args, source))
+    tokenizer = load_tokenizer(tokenizer_ref)
+    source = batch_source(emb_s, len(tokenizer), store=store, tokens=tokens, encoder=encoder)
+    check_tokenizer(tokenizer_ref, *recorded_tokenizer(source, store=store, tokens=tokens))
     try:
-        cfg = model_config(run_s.model.size, sizes, d=source.dim, vocab_size=len(tokenizer),
+        cfg = model_config(run_s.model.size, settings.sizes, d=source.dim, vocab_size=len(tokenizer),
                            max_length=source.seq_len, bottleneck=run_s.model.bottleneck,
                            conditioning=run_s.model.conditioning, decode_head=run_s.model.decode_head)
     except KeyError as err:
@@ -86,38 +78,37 @@ def run(args) -> None:
     torch.manual_seed(run_s.budget.seed)  # model initialisation
     model = ELF(cfg)
     covers_padding = data_s.task != "unconditional"
-    step_fn, after_step, table_meta = _learned_table(model, run_s, emb_s, covers_padding)
+    step_fn, after_step, table_meta = learned_table(model, run_s, emb_s, covers_padding)
     b = run_s.budget
     batches = ShuffledBatches(source, b.batch_size // b.grad_accum, seed=b.seed, rank=rank,
                               world_size=world_size, normalization=emb_s.normalization,
                               mean=emb_s.mean, std=emb_s.std)
-    meta = model_meta(cfg, run=to_dict(run_s), dataset=to_dict(data_s), embedding=to_dict(emb_s),
-                      store=args.store, tokens=args.tokens, encoder=args.encoder,
-                      tokenizer=str(args.tokenizer), tokenizer_sha256=tokenizer_sha256(args.tokenizer),
-                      store_identity=source.store_identity,
-                      tokens_fingerprint=source.tokens_fingerprint,
-                      normalization_stats=source.stats, precision=precision, num_parameters=sum(
-                          p.numel() for p in model.parameters()),
-                      **({"learned_table": table_meta} if table_meta else {}))
-    with output_lock(args.out, enabled=rank == 0):
-        train(model, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,
+    meta = model_meta(cfg, **{
+        RUN_SETTINGS: to_dict(run_s), RUN_DATASET: to_dict(data_s), RUN_EMBEDDING: to_dict(emb_s),
+        RUN_STORE: store, RUN_TOKENS: tokens, "encoder": encoder, RUN_TOKENIZER: str(tokenizer_ref),
+        TOKENIZER_SHA256: tokenizer_sha256(tokenizer_ref), RUN_STORE_IDENTITY: source.store_identity,
+        RUN_TOKENS_FINGERPRINT: source.tokens_fingerprint, RUN_STATS: source.stats,
+        RUN_PRECISION: settings.precision, RUN_PARAMETERS: model.num_parameters(),
+        **({"learned_table": table_meta} if table_meta else {})})
+    with output_lock(out, enabled=rank == 0):
+        train(model, run_s, batches, out, meta, loss_covers_padding=covers_padding,
               seq_shape=(source.seq_len, source.dim), rank=rank, world_size=world_size, device=device,
-              progress=not args.no_progress, step_fn=step_fn, after_step=after_step,
-              precision=precision)
+              progress=progress, step_fn=step_fn, after_step=after_step, precision=settings.precision)
     batches.close()
 
 
-def _recorded_tokenizer(args, source) -> tuple[dict, str]:
+def recorded_tokenizer(source, *, store: str | None, tokens: str | None) -> tuple[dict, str]:
     """The tokenizer the training data was made with (the store's identity, or the tokens'
     provenance) and what recorded it."""
     from elf.artifacts import tokens_tokenizer
+    from elf.artifacts.names import STORE_TOKENIZER
 
-    if args.store:
-        return (source.store.attrs.get("identity") or {}).get("tokenizer"), f"store {args.store}"
-    return tokens_tokenizer(args.tokens), f"tokens {args.tokens}"
+    if store:
+        return source.store.identity.get(STORE_TOKENIZER), f"store {store}"
+    return tokens_tokenizer(tokens), f"tokens {tokens}"
 
 
-def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
+def learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
     """Kind ``learned`` (R10): the table tied to the unembedding, seeded, its training step and
     renormalisation (``elf.train.learned``); (None, None, None) for every other kind."""
     if emb_s.kind != "learned":
@@ -131,23 +122,24 @@ def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_p
     return learned_step(table, run_s, covers_padding), table.renormalise_, meta
 
 
-def _batch_source(args, emb_s: EmbeddingSettings, vocab_size: int):
+def batch_source(emb_s: EmbeddingSettings, vocab_size: int, *, store: str | None, tokens: str | None,
+                 encoder: str | None):
     """The cached store, or token ids embedded per batch (kind ``learned``: token ids only, the
     trainer embeds them with its table)."""
     from elf.embed.kinds import build_embedder
     from elf.embed.reader import OnTheFlySource, StoreSource
     from elf.embed.store import TokenArrays, open_store
 
-    if args.store:
+    if store:
         if not emb_s.cache:
             raise ElfError("--store given but the embedding has cache: false (use --tokens)")
-        return StoreSource(open_store(args.store))
+        return StoreSource(open_store(store))
     if emb_s.cache:
         raise ElfError("--tokens given but the embedding has cache: true (use --store)")
-    tokens = TokenArrays.from_disk(args.tokens, "train")
+    arrays = TokenArrays.from_disk(tokens, "train")
     if emb_s.kind == "learned":
-        return OnTheFlySource(tokens, None, dim=_table_width(args.encoder))
-    return OnTheFlySource(tokens, build_embedder(emb_s, args.encoder, vocab_size, seed=0), None)
+        return OnTheFlySource(arrays, None, dim=_table_width(encoder))
+    return OnTheFlySource(arrays, build_embedder(emb_s, encoder, vocab_size, seed=0), None)
 
 
 def _table_width(encoder: str | None) -> int:

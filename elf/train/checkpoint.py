@@ -1,4 +1,5 @@
-"""Checkpoints: the self-describing final checkpoint, exact-resume state, and the authors' releases.
+"""Checkpoints: the self-describing final checkpoint, exact-resume state, the authors' releases, and
+a separate decoder's folder (``save_decoder`` / ``load_decoder``). File names: ``elf.artifacts.names``.
 
 A run directory (``results/runs/<run>/``) holds
 - ``ema.safetensors`` / ``model.safetensors``: EMA and raw weights (safetensors: no code is unpickled),
@@ -25,11 +26,13 @@ from safetensors.torch import save_file
 
 from elf.artifacts import (ArtifactError, MissingArtifactError, load_safetensors, read_json,
                            verified_sha256, write_checksums)
-from elf.io import atomic_path
+from elf.artifacts.names import (DECODER_CONFIG, DECODER_WEIGHTS, EMA_WEIGHTS, RAW_WEIGHTS, RESUME_DIR,
+                                 PROVENANCE, RUN_CONFIG, RUN_MODEL)
+from elf.io import atomic_path, provenance
 from elf.model import ELF, ModelConfig
 
-RESUME_DIR = "resume"
-WEIGHT_FILES = ("model.safetensors", "ema.safetensors")
+WEIGHT_FILES = (RAW_WEIGHTS, EMA_WEIGHTS)
+WEIGHTS = {"ema": EMA_WEIGHTS, "model": RAW_WEIGHTS}  # load_model's ``weights``
 RERUN = "rerun its train rule"
 
 
@@ -41,19 +44,20 @@ def save_final(out_dir: Path, model_state: dict, ema_state: dict, meta: dict) ->
     for name, state in zip(WEIGHT_FILES, (model_state, ema_state)):
         with atomic_path(out_dir / name) as tmp:
             save_file({k: v.detach().float().cpu().contiguous() for k, v in state.items()}, str(tmp))
-    with atomic_path(out_dir / "config.json") as tmp:
+    with atomic_path(out_dir / RUN_CONFIG) as tmp:
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     write_checksums(out_dir, WEIGHT_FILES)
 
 
 def read_meta(ckpt_dir: Path) -> dict:
-    path = Path(ckpt_dir) / "config.json"
+    path = Path(ckpt_dir) / RUN_CONFIG
     if not path.exists():
         raise MissingArtifactError(f"{path} not found: {ckpt_dir} is not a finished ELF checkpoint "
                                    f"({RERUN})")
     meta = read_json(path, "checkpoint config")
-    if not isinstance(meta, dict) or not isinstance(meta.get("model"), dict):
-        raise ArtifactError(f"checkpoint config {path}: no 'model' mapping (not written by elf; {RERUN})")
+    if not isinstance(meta, dict) or not isinstance(meta.get(RUN_MODEL), dict):
+        raise ArtifactError(f"checkpoint config {path}: no '{RUN_MODEL}' mapping (not written by elf; "
+                            f"{RERUN})")
     return meta
 
 
@@ -61,20 +65,20 @@ def load_model(ckpt_dir: Path, weights: str = "ema", device="cpu") -> tuple[ELF,
     """Rebuild the network from ``config.json`` and load its EMA (default) or raw weights, verified
     against ``checksums.json``."""
     meta = read_meta(ckpt_dir)
-    path = Path(ckpt_dir) / f"{weights}.safetensors"
+    path = Path(ckpt_dir) / WEIGHTS[weights]
     verified_sha256(path, RERUN)
     try:
-        model = ELF(ModelConfig(**meta["model"]))
+        model = ELF(ModelConfig(**meta[RUN_MODEL]))
         model.load_state_dict(load_safetensors(path), strict=True)
     except (TypeError, ValueError, RuntimeError) as err:
-        raise ArtifactError(f"{path}: does not fit the network of {Path(ckpt_dir) / 'config.json'} "
+        raise ArtifactError(f"{path}: does not fit the network of {Path(ckpt_dir) / RUN_CONFIG} "
                             f"({str(err).splitlines()[0]}); {RERUN}") from err
     return model.to(device).eval(), meta
 
 
 def checkpoint_sha256(ckpt_dir: Path, weights: str = "ema") -> str:
     """The verified sha256 of a checkpoint's weights (computed once per process)."""
-    return verified_sha256(Path(ckpt_dir) / f"{weights}.safetensors", RERUN)
+    return verified_sha256(Path(ckpt_dir) / WEIGHTS[weights], RERUN)
 
 
 def save_resume(out_dir: Path, state: dict) -> None:
@@ -149,4 +153,41 @@ def load_released(path: str | os.PathLike, weights: str = "ema") -> tuple[ELF, M
 
 
 def model_meta(cfg: ModelConfig, **extra) -> dict:
-    return {"model": dataclasses.asdict(cfg), **extra}
+    """A run's ``config.json``: the network's ``ModelConfig`` and what the stage records beside it."""
+    return {RUN_MODEL: dataclasses.asdict(cfg), **extra}
+
+
+# --------------------------------------------------------------------------------------------------
+# A separate decoder's folder (Fig. 5b): ``elf decoder`` writes it, ``elf sample --decoder`` reads it
+# --------------------------------------------------------------------------------------------------
+
+def save_decoder(out_dir: Path, decoder, meta: dict) -> None:
+    """config.json, then model.safetensors (the rule's output), each replaced in one rename, then
+    the weights' checksums.json."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out_dir / DECODER_CONFIG) as tmp:
+        tmp.write_text(json.dumps({**meta, PROVENANCE: provenance()}, indent=2, sort_keys=True,
+                                  default=str) + "\n")
+    state = {k: v.detach().float().cpu().contiguous() for k, v in decoder.state_dict().items()}
+    with atomic_path(out_dir / DECODER_WEIGHTS) as tmp:
+        save_file(state, str(tmp))
+    write_checksums(out_dir, [DECODER_WEIGHTS])
+
+
+def load_decoder(path, device="cpu"):
+    """(SeparateDecoder in eval mode, its config.json) from a directory written by ``elf decoder``,
+    the weights verified against checksums.json."""
+    from elf.decoder import DecoderConfig, SeparateDecoder
+
+    path = Path(path)
+    if not (path / DECODER_WEIGHTS).exists() or not (path / DECODER_CONFIG).exists():
+        raise MissingArtifactError(f"{path} is not a finished decoder (rerun its decoder rule)")
+    verified_sha256(path / DECODER_WEIGHTS, "rerun its decoder rule")
+    meta = read_json(path / DECODER_CONFIG, "decoder config")
+    try:
+        decoder = SeparateDecoder(DecoderConfig(**meta["decoder"]))
+        decoder.load_state_dict(load_safetensors(path / DECODER_WEIGHTS), strict=True)
+    except (KeyError, TypeError, RuntimeError) as err:
+        raise ArtifactError(f"{path}: {DECODER_WEIGHTS} does not fit {DECODER_CONFIG} ({err})") from err
+    return decoder.to(device).eval(), meta

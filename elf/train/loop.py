@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from elf.artifacts.names import TRAIN_LOG
 from elf.config import RunSettings
 from elf.flow.objective import draw_step, loss_mask, training_step
 from elf.io import append_line, atomic_path, sha256_json
@@ -122,7 +123,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
             find_unused_parameters=True)  # the decode head is idle on batches without decode rows
     forward = torch.compile(net) if b.compile else net
     autocast = network_autocast(device, precision)
-    log_path = out_dir / "train_log.jsonl"
+    log_path = out_dir / TRAIN_LOG
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         _truncate_log(log_path, step)

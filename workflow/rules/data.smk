@@ -43,7 +43,7 @@ rule prepare:
     conda:
         ENV
     input:
-        code("data", "stages/prepare.py"),
+        code("data", "stages/prepare.py", "stages/args.py"),
         tok=tokenizer_input,
         corpora=lambda w: corpora_input(w.dataset),
     output:

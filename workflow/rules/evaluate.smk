@@ -11,8 +11,9 @@ rule evaluate:
     input:
         unpack(eval_data_inputs),
         code("model.py", "precision.py", "plan.py", "flow/__init__.py", "flow/paths.py",
-             "flow/samplers.py", "decoder.py", "train/checkpoint.py", "evaluate", "stages/sample.py",
-             "stages/score.py", "stages/aggregate.py", "stages/evaluate.py"),
+             "flow/samplers.py", "flow/sampling.py", "decoder.py", "train/checkpoint.py", "evaluate",
+             "stages/args.py", "stages/sample.py", "stages/score.py", "stages/aggregate.py",
+             "stages/evaluate.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
         decoder=decoder_input,
@@ -43,8 +44,9 @@ rule trajectory:
     conda:
         ENV
     input:
-        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py", "train/checkpoint.py",
-             "stages/sample.py", "stages/trajectory.py"),
+        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py",
+             "flow/sampling.py", "train/checkpoint.py", "stages/args.py", "stages/sample.py",
+             "stages/trajectory.py"),
         tok=tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
     output:

@@ -1,0 +1,76 @@
+"""The metrics of one set of texts, per task (spec §6): Gen. PPL and entropy under a scorer
+(unconditional), corpus BLEU with sentence BLEU per example (translation), ROUGE (summarization),
+and the calibration lines of real rows (their tokens shuffled, unigram draws). Each returns the
+metrics, the settings that produced them and the values per sample. No I/O: ``elf score`` reads
+the samples and writes the score file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A loaded Gen. PPL scorer and how it scores: batch size and token budget per text."""
+    model: Any
+    tokenizer: Any
+    device: Any
+    batch_size: int
+    max_length: int
+
+
+def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict, list[dict]]:
+    """(metrics, metrics_settings, per-sample values) for Gen. PPL and entropy."""
+    from elf.evaluate.entropy import text_entropy
+    from elf.evaluate.genppl import gen_ppl, scoring_context
+
+    context = scoring_context(scorer.model, scorer.max_length)
+    ppl = gen_ppl(texts, scorer.model, scorer.tokenizer, batch_size=scorer.batch_size,
+                  device=scorer.device, max_length=context)
+    entropy = text_entropy(texts, scorer.tokenizer, max_length=context)  # the ids the scorer saw
+    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"], "n_samples": len(texts),
+               "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
+    settings = {"batch_size": scorer.batch_size, "context": context,
+                "padding": "right, EOS, to the longest sample of the whole set",
+                "counted": "non-EOS targets from position 1 plus each row's first EOS",
+                "dropped": "samples empty after strip() (Gen. PPL and entropy)",
+                "scorer_dtype": str(next(scorer.model.parameters()).dtype).removeprefix("torch."),
+                "device": str(scorer.device),
+                "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
+    per_sample = [{"gen_ppl": p, "entropy": h}
+                  for p, h in zip(ppl["per_sample"], entropy["per_sample"])]
+    return metrics, settings, per_sample
+
+
+def conditional_metrics(hypotheses: list[str], references: list[str], task: str
+                        ) -> tuple[dict, dict, list[dict]]:
+    """(metrics, metrics_settings, per-example values) for translation (corpus BLEU; sentence BLEU
+    per example) or summarization (ROUGE)."""
+    from elf.evaluate.textmetrics import (BLEU_SETTINGS, ROUGE_SETTINGS, bleu, rouge,
+                                          rouge_per_example, sentence_bleus)
+
+    if task == "translation":
+        score, signature = bleu(hypotheses, references)
+        per_example = [{"bleu": b} for b in sentence_bleus(hypotheses, references)]
+        return ({"bleu": score, "bleu_signature": signature, "n_examples": len(hypotheses)},
+                BLEU_SETTINGS, per_example)
+    return (rouge(hypotheses, references), ROUGE_SETTINGS,
+            rouge_per_example(hypotheses, references))
+
+
+def calibration_metrics(rows: list[list[int]], tokenizer, scorer: Scorer) -> dict:
+    """Gen. PPL and entropy of token ``rows`` with their tokens shuffled, and of unigram draws
+    (seed 0): text with the corpus's words but no order."""
+    from elf.evaluate.calibration import CORRUPTIONS, corrupt_rows
+
+    def texts(how):
+        return [tokenizer.decode(r, skip_special_tokens=True) for r in corrupt_rows(rows, how, seed=0)]
+    return {how: finite_or_none(unconditional_metrics(texts(how), scorer)[0]) for how in CORRUPTIONS}
+
+
+def finite_or_none(metrics: dict) -> dict:
+    """JSON has no NaN: a metric with nothing to average becomes null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in metrics.items()}
