@@ -43,7 +43,7 @@ from elf.cli import ElfError, resolve_device
 from elf.config import PRECISIONS
 from elf.evaluate.samples import (SamplesFormatError, read_samples, read_text_column, reference_rows,
                                   texts_sha256)
-from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
+from elf.io import atomic_dir, provenance, recorded_path, sha256_file, sha256_json, write_json
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
 # `elf --help` imports every stage module.
@@ -71,6 +71,8 @@ def register(subparsers) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="precision policy (elf/precision.py): bf16 loads the scorer's weights in "
                         "bf16, as the released scorer does")
+    parser.add_argument("--staged", metavar="STAGING=FINAL", help="the samples sit in a folder STAGING "
+                        "that moves to FINAL when complete: record their paths under FINAL")
     parser.add_argument("--n", type=int, default=1000, help="--reference-texts: rows scored")
     parser.add_argument("--split", default="test", help="--reference-texts: dataset split")
     parser.add_argument("--tokenizer", help="--reference-texts of a packed dataset: its tokenizer. "
@@ -215,7 +217,7 @@ def score_record(path: str, samples_header: dict, rows: list[dict], args, scorer
             [row["text"] for row in rows], args, scorer)
     else:
         metrics, settings, per_sample = conditional_metrics(rows, args.task)
-    record = provenance(samples=str(path), samples_sha256=sha256_file(path),
+    record = provenance(samples=recorded_path(path, args.staged), samples_sha256=sha256_file(path),
                         task=args.task, metrics_settings=settings, **scorer_fields)
     return {"provenance": record, "samples_provenance": samples_header,
             "metrics": finite_or_none(metrics),
