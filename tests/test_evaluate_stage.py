@@ -158,3 +158,12 @@ def test_recorded_path_moves_only_paths_under_the_staging_folder():
     assert recorded_path("a/b.partial", "a/b.partial=a/b") == "a/b"
     assert recorded_path("a/b.partialx/y", "a/b.partial=a/b") == "a/b.partialx/y"
     assert recorded_path("c/d.json", None) == "c/d.json"
+
+
+def test_upstream_runs_are_the_distillation_teachers_and_their_replicates():
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    exp = parse_experiment(yaml.safe_load((root / "config" / "config.yaml").read_text()))
+    # pd_r1..pd_r5 distil `base` (teacher and first init); the later inits are distill runs, not trained.
+    assert plan.upstream_runs(exp) == ["base", "base_seed1", "base_seed2"]
