@@ -1,5 +1,5 @@
 """The metrics of one set of texts, per task (spec §6): Gen. PPL and entropy under a scorer
-(unconditional), corpus BLEU with sentence BLEU per example (translation), ROUGE (summarization),
+(unconditional, with repetition), corpus BLEU with sentence BLEU per example (translation), ROUGE (summarization),
 and the calibration lines of real rows (their tokens shuffled, unigram draws). Each returns the
 metrics, the settings that produced them and the values per sample. No I/O: ``elf score`` reads
 the samples and writes the score file.
@@ -23,15 +23,18 @@ class Scorer:
 
 
 def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict, list[dict]]:
-    """(metrics, metrics_settings, per-sample values) for Gen. PPL and entropy."""
+    """(metrics, metrics_settings, per-sample values) for Gen. PPL, entropy and repetition (the
+    share of a sample's words its most frequent word takes)."""
     from elf.evaluate.entropy import text_entropy
     from elf.evaluate.genppl import gen_ppl, scoring_context
+    from elf.evaluate.repetition import repetition, top_word_share
 
     context = scoring_context(scorer.model, scorer.max_length)
     ppl = gen_ppl(texts, scorer.model, scorer.tokenizer, batch_size=scorer.batch_size,
                   device=scorer.device, max_length=context)
     entropy = text_entropy(texts, scorer.tokenizer, max_length=context)  # the ids the scorer saw
-    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"], "n_samples": len(texts),
+    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"],
+               "repetition": repetition(texts)["repetition"], "n_samples": len(texts),
                "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
     settings = {"batch_size": scorer.batch_size, "context": context,
                 "padding": "right, EOS, to the longest sample of the whole set",
@@ -39,9 +42,10 @@ def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict,
                 "dropped": "samples empty after strip() (Gen. PPL and entropy)",
                 "scorer_dtype": str(next(scorer.model.parameters()).dtype).removeprefix("torch."),
                 "device": str(scorer.device),
-                "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
-    per_sample = [{"gen_ppl": p, "entropy": h}
-                  for p, h in zip(ppl["per_sample"], entropy["per_sample"])]
+                "entropy_tokens": "scorer tokenizer, truncated at context, nats",
+                "repetition": "most frequent word's share of a sample's words, mean over samples"}
+    per_sample = [{"gen_ppl": p, "entropy": h, "repetition": top_word_share(text)}
+                  for p, h, text in zip(ppl["per_sample"], entropy["per_sample"], texts)]
     return metrics, settings, per_sample
 
 

@@ -20,7 +20,7 @@ from elf.artifacts import read_json
 from elf.artifacts.names import METRICS, PROVENANCE, SAMPLES_HEADER, SCORES
 from elf.cli import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
-from elf.io import provenance, sha256_file, write_json
+from elf.io import provenance, recorded_path, sha256_file, write_json
 
 
 def register(subparsers) -> None:
@@ -30,11 +30,13 @@ def register(subparsers) -> None:
     parser.add_argument("--run", required=True, help="run name (checked against the samples headers)")
     parser.add_argument("--sampler", required=True, help="sampler name (checked likewise)")
     parser.add_argument("--out", required=True, help="aggregate JSON to write")
+    parser.add_argument("--staged", metavar="STAGING=FINAL", help="the score files sit in a folder "
+                        "STAGING that moves to FINAL when complete: record their paths under FINAL")
     parser.set_defaults(func=run)
 
 
 def run(args) -> None:
-    write_json(args.out, aggregate_scores(args.scores, args.run, args.sampler))
+    write_json(args.out, aggregate_scores(args.scores, args.run, args.sampler, args.staged))
 
 
 def seed_label(path: str, score: dict) -> str:
@@ -51,10 +53,9 @@ def check_names(path: str, score: dict, run_name: str, sampler: str) -> None:
             raise ElfError(f"{path}: its samples are of {key} '{header[key]}', not '{expected}'")
 
 
-def aggregate_scores(paths: list[str], run_name: str, sampler: str,
-                     recorded_as: dict[str, str] | None = None) -> dict:
+def aggregate_scores(paths: list[str], run_name: str, sampler: str, staged: str | None = None) -> dict:
     """The aggregate record of one (run, sampler)'s score files, one per evaluation seed, each named
-    by its path (or the path ``recorded_as`` maps it to, where it will lie)."""
+    by its path (under ``staged`` = ``"STAGING=FINAL"``: where it will lie, ``elf.io.recorded_path``)."""
     metrics_by_seed, sources, signatures = {}, [], set()
     for path in paths:
         score = read_json(path, "--scores file", finite=True)  # a NaN is damage, never a mean
@@ -65,7 +66,7 @@ def aggregate_scores(paths: list[str], run_name: str, sampler: str,
         if seed in metrics_by_seed:
             raise ElfError(f"--scores {path}: seed {seed} is given twice")
         metrics_by_seed[seed] = score[METRICS]
-        sources.append({"path": (recorded_as or {}).get(str(path), str(path)), "sha256": sha256_file(path)})
+        sources.append({"path": recorded_path(path, staged), "sha256": sha256_file(path)})
         if "bleu_signature" in score[METRICS]:
             signatures.add(score[METRICS]["bleu_signature"])
     try:

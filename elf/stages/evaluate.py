@@ -141,21 +141,17 @@ def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, sta
     fields.update(run=plan["run"], sampler=name, batch_size=plan["batch_size"])
     sample_seeds(job, fields, plan["batch_size"], inputs.progress, seeds, layout.samples_dir(staging, name))
 
-    def seed_files(folder_of, suffix):  # (where it is written, the path it is recorded by)
-        return [tuple(str(layout.seed_file(folder_of(root, name), s, suffix)) for root in (staging, final))
-                for s in seeds]
-
-    samples = seed_files(layout.samples_dir, layout.SAMPLES_SUFFIX)
-    records = score_samples([path for path, _ in samples], task=plan["task"], run=plan["run"],
-                            sampler=name, scorer_ref=inputs.scorer, device=inputs.device,
-                            precision=plan["precision"], batch_size=plan["score_batch_size"],
-                            max_length=GPT2_CONTEXT, recorded_as=dict(samples))
+    staged = f"{staging}={final}"  # the files record each other by the paths they will have
+    samples = [str(layout.seed_file(layout.samples_dir(staging, name), s, layout.SAMPLES_SUFFIX))
+               for s in seeds]
+    records = score_samples(samples, task=plan["task"], run=plan["run"], sampler=name,
+                            scorer_ref=inputs.scorer, device=inputs.device, precision=plan["precision"],
+                            batch_size=plan["score_batch_size"], max_length=GPT2_CONTEXT, staged=staged)
     with atomic_dir(layout.scores_dir(staging, name)) as tmp:  # whole or not at all, as `elf score`
         for stem, record in records.items():
             write_json(tmp / f"{stem}{layout.SCORES_SUFFIX}", record)
-    scores = seed_files(layout.scores_dir, layout.SCORES_SUFFIX)
-    write_json(layout.aggregate_file(staging, name),
-               aggregate_scores([path for path, _ in scores], plan["run"], name, recorded_as=dict(scores)))
+    scores = [str(layout.seed_file(layout.scores_dir(staging, name), s, layout.SCORES_SUFFIX)) for s in seeds]
+    write_json(layout.aggregate_file(staging, name), aggregate_scores(scores, plan["run"], name, staged))
 
 
 def _drop_strays(staging: Path, samplers: set[str]) -> None:

@@ -42,7 +42,7 @@ from elf.artifacts.names import (METRICS, PER_SAMPLE, PROVENANCE, REFERENCE_KIND
                                  SAMPLES_HEADER, SAMPLES_SHA256, SCORED_SAMPLES, SCORER, TEXTS_SHA256)
 from elf.cli import ElfError, resolve_device
 from elf.config import PRECISIONS
-from elf.io import atomic_dir, provenance, sha256_file, write_json
+from elf.io import atomic_dir, provenance, recorded_path, sha256_file, write_json
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
 # `elf --help` imports every stage module.
@@ -70,6 +70,8 @@ def register(subparsers) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="precision policy (elf/precision.py): bf16 loads the scorer's weights in "
                         "bf16, as the released scorer does")
+    parser.add_argument("--staged", metavar="STAGING=FINAL", help="the samples sit in a folder STAGING "
+                        "that moves to FINAL when complete: record their paths under FINAL")
     parser.add_argument("--n", type=int, default=1000, help="--reference-texts: rows scored")
     parser.add_argument("--split", default="test", help="--reference-texts: dataset split")
     parser.add_argument("--tokenizer", help="--reference-texts of a packed dataset: its tokenizer. "
@@ -101,7 +103,8 @@ def run(args) -> None:
     stems = [Path(path).stem for path in args.samples]
     if len(set(stems)) != len(stems):
         raise ElfError(f"--samples: two files share a name, their scores would collide: {args.samples}")
-    records = score_samples(args.samples, task=args.task, run=args.run, sampler=args.sampler, **options)
+    records = score_samples(args.samples, task=args.task, run=args.run, sampler=args.sampler,
+                            staged=args.staged, **options)
     if args.out:
         write_json(args.out, records[stems[0]])
         return
@@ -140,13 +143,13 @@ def scorer_fields(scorer_ref: str, scorer) -> dict:
 
 
 def score_samples(paths: list[str], *, task: str, run: str | None, sampler: str | None,
-                  recorded_as: dict[str, str] | None = None, **options) -> dict[str, dict]:
+                  staged: str | None = None, **options) -> dict[str, dict]:
     """The score record of each samples file, by file stem (every file checked before any is scored);
-    a file is named by its path, or the path ``recorded_as`` maps it to (where it will lie)."""
+    a file is named by its path (under ``staged`` = ``"STAGING=FINAL"``: where it will lie)."""
     loaded = [read_samples_file(path, task, run, sampler) for path in paths]
     scorer = load_unconditional_scorer(**options) if task == "unconditional" else None
     return {Path(path).stem: score_record(path, header, rows, task, scorer, options["scorer_ref"],
-                                          (recorded_as or {}).get(str(path), str(path)))
+                                          recorded_path(path, staged))
             for path, (header, rows) in zip(paths, loaded)}
 
 
@@ -168,7 +171,7 @@ def read_samples_file(path: str, task: str, run: str | None, sampler: str | None
 
 
 def score_record(path: str, samples_header: dict, rows: list[dict], task: str, scorer,
-                 scorer_ref: str | None, recorded_path: str | None = None) -> dict:
+                 scorer_ref: str | None, recorded_as: str | None = None) -> dict:
     """The score file of one samples file: provenance, the samples' header, the metrics, and each
     sample's own values (``per_sample``: what the qualitative figure F8 shows beside a sample)."""
     from elf.evaluate.metrics import conditional_metrics, finite_or_none, unconditional_metrics
@@ -183,9 +186,8 @@ def score_record(path: str, samples_header: dict, rows: list[dict], task: str, s
             raise ElfError(f"{task} scoring needs a 'reference' on every sample; missing on i={missing[:5]}")
         metrics, settings, per_sample = conditional_metrics([row["text"] for row in rows],
                                                             [row["reference"] for row in rows], task)
-    record = provenance(**{SCORED_SAMPLES: recorded_path or str(path), SAMPLES_SHA256: sha256_file(path)},
-                        task=task,
-                        metrics_settings=settings, **named)
+    record = provenance(**{SCORED_SAMPLES: recorded_as or str(path), SAMPLES_SHA256: sha256_file(path)},
+                        task=task, metrics_settings=settings, **named)
     return {PROVENANCE: record, SAMPLES_HEADER: samples_header, METRICS: finite_or_none(metrics),
             PER_SAMPLE: [{"i": row.get("i", k), **finite_or_none(values)}
                          for k, (row, values) in enumerate(zip(rows, per_sample))]}
