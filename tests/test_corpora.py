@@ -9,8 +9,9 @@ import pytest
 from elf.cli import main as elf_main
 from elf.config import CorporaSettings
 from elf.data import corpora as C
-from elf.data.corpora import (DEFINITE, INDEFINITE, LEXICON, PAST, PL, PRESENT, SG, SOURCE_STEMS,
-                              Clause, Document, Entity, NounPhrase)
+from elf.data.corpora import SOURCE_STEMS
+from elf.data.grammar import (DEFINITE, INDEFINITE, LEXICON, PAST, PL, PRESENT, SG, Clause, Document, Entity,
+                              NounPhrase)
 
 
 @pytest.fixture(scope="module")

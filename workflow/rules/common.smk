@@ -27,8 +27,8 @@ ELF = Path(workflow.basedir).parent / "elf"
 
 def code(*modules):
     """The elf/ source files a stage runs (editing them reruns its jobs and whatever depends on them)."""
-    files = [ELF / "__init__.py", ELF / "cli.py", ELF / "errors.py", ELF / "config.py", ELF / "io.py",
-             *sorted((ELF / "artifacts").glob("*.py"))]
+    files = [ELF / "__init__.py", ELF / "cli.py", ELF / "errors.py", ELF / "config.py", ELF / "typed.py",
+             ELF / "io.py", *sorted((ELF / "artifacts").glob("*.py"))]
     for module in modules:
         path = ELF / module
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path]

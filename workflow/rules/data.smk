@@ -6,7 +6,7 @@ rule corpora:
     conda:
         ENV
     input:
-        code("data/corpora.py", "stages/corpora.py"),
+        code("data/corpora.py", "data/grammar.py", "stages/corpora.py"),
     output:
         directory(f"{R}/data/corpora"),
     params:
