@@ -17,7 +17,7 @@ __all__ = ["ElfError", "build_parser", "main", "resolve_device"]
 # DAG order; each name is a module under elf.stages.
 STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
           "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit",
-          "check")
+          "check", "schema")
 
 
 def resolve_device(name: str):

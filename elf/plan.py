@@ -13,10 +13,16 @@ A group's folder ``<evals root>/<run>/<group>/`` (``<results>/evals`` in the DAG
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-from elf.config import Experiment
+from elf.config import Experiment, content_settings, to_dict
+from elf.hub import pretrained_ref
 
 ALL_SAMPLERS = "all"  # the group name of a run's single evaluation job under group_by: run
 
@@ -158,3 +164,286 @@ def aggregate_path(evals_root, exp: Experiment, run: str, sampler: str) -> Path:
 def eval_dirs_of(evals_root, exp: Experiment, pairs) -> list[str]:
     """The evaluation folders that hold ``pairs`` of (run, sampler), each once, in order."""
     return list({str(pair_dir(evals_root, exp, run, sampler)): None for run, sampler in pairs})
+
+
+# ---- the config slice of one figure or table ----
+
+def referenced_runs(exp: Experiment, runs) -> list[str]:
+    """``runs`` and every run they name (teacher, init_from, replicate_of), transitively, in config
+    order: what a run's settings are checked against."""
+    seen: set[str] = set()
+    todo = list(runs)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        run = exp.run(name)
+        todo += [ref for ref in (run.teacher, run.init_from, run.replicate_of) if ref]
+    return [name for name in exp.runs if name in seen]
+
+
+def figure_config(config: dict, exp: Experiment, figure_id: str) -> dict:
+    """The part of the config one figure or table reads: every shared section, but of ``runs``,
+    ``samplers`` and ``figures`` only its own (and the runs they name), and no trend checks. The
+    workflow hands it to the figure's job, so editing another run, sampler or figure re-renders
+    nothing here."""
+    fig = exp.figures[figure_id]
+    per_id = {"runs": referenced_runs(exp, fig.runs), "samplers": list(fig.samplers),
+              "figures": [figure_id]}
+    part = {key: value for key, value in config.items() if key not in (*per_id, "trends")}
+    for key, names in per_id.items():
+        part[key] = {name: config[key][name] for name in names}
+    return part
+
+
+# ---- the workflow's paths and input functions (workflow/rules/*.smk call them as DAG.<name>) ----
+
+def _as_json(obj) -> str:
+    return json.dumps(to_dict(obj) if dataclasses.is_dataclass(obj) else obj, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def _alternatives(names) -> str:
+    """A wildcard regex matching exactly ``names`` (none: a regex that matches nothing)."""
+    names = list(names)
+    return "|".join(re.escape(n) for n in names) if names else "(?!)"
+
+
+class Dag:
+    """Where every file of one experiment lives under its roots, and what each rule's job reads: the
+    input functions, settings and arguments of the rules, derived from the config alone.
+
+    ``needs(figure_id, kind)`` says what a figure or table reads (``elf.report.registry.needs``;
+    passed in, so this module stays below the report)."""
+
+    def __init__(self, exp: Experiment, needs: Callable[[str, str], Needs] = lambda fid, kind: Needs()):
+        self.exp = exp
+        self._needs = needs
+        self.R = exp.results.rstrip("/")
+        self.P = exp.reports.rstrip("/")
+        self.tokenizer = self.built_or_name(exp.tokenizer, f"{self.R}/models/tokenizer")
+        self.scorer = f"{self.R}/models/scorer"
+        self.experiment_file = f"{self.R}/experiment.json"
+        self.upstream = set(upstream_runs(exp))
+        self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
+
+    as_json = staticmethod(_as_json)
+
+    @staticmethod
+    def built_or_name(settings, path: str) -> str:
+        """A model built by the DAG (its folder), or a pretrained one: a local folder, else a Hub
+        reference (``hub:name@revision``, elf/hub.py)."""
+        return path if settings.source == "build" else pretrained_ref(settings.name_or_path, settings.revision)
+
+    # ---- models and data ----
+
+    def encoder_path(self, name: str) -> str:
+        return f"{self.R}/models/encoder-{name}"
+
+    def embedding_encoder(self, embedding: str) -> str:
+        settings = self.exp.embeddings[embedding]
+        return self.built_or_name(self.exp.encoders[settings.encoder], self.encoder_path(settings.encoder))
+
+    def tokenizer_input(self, wildcards=None) -> list[str]:
+        return [self.tokenizer] if self.exp.tokenizer.source == "build" else []
+
+    def corpora_input(self, dataset: str) -> list[str]:
+        return [f"{self.R}/data/corpora"] if self.exp.datasets[dataset].source == "embedded" else []
+
+    def dataset_settings(self, name: str) -> dict:
+        """A dataset's settings as the stages get them (without scheduling-only fields such as
+        ``embed_shards``: changing one reruns nothing)."""
+        return content_settings(self.exp.datasets[name])
+
+    def sharded_datasets(self) -> str:
+        """A wildcard regex matching the datasets whose train split is embedded by several jobs."""
+        return _alternatives(n for n, data in self.exp.datasets.items() if data.embed_shards > 1)
+
+    def embed_store(self, w) -> str:
+        return f"{self.R}/embeddings/{w.dataset}/{w.embedding}/{w.split}.zarr"
+
+    def embed_shard_markers(self, w) -> list[str]:
+        """The done markers of the n shard jobs of one sharded store (n = the dataset's embed_shards)."""
+        n = self.exp.datasets[w.dataset].embed_shards
+        return [f"{self.embed_store(w)}.shards/{k}of{n}.done" for k in range(n)]
+
+    def embed_encoder_input(self, embedding: str) -> list[str]:
+        """The encoder folder when the DAG builds it (pretrained encoders load by name)."""
+        source = self.exp.encoders[self.exp.embeddings[embedding].encoder].source
+        return [self.embedding_encoder(embedding)] if source == "build" else []
+
+    # ---- runs ----
+
+    def runs_of_kind(self, kind: str) -> str:
+        """A wildcard regex matching the runs of one kind (train / distill / released), so that each
+        kind's rule alone makes ``R/runs/{run}/ema.safetensors``."""
+        return _alternatives(n for n in self.exp.runs if self.exp.run(n).kind == kind)
+
+    def train_priority(self, wildcards) -> int:
+        """The runs others wait on (distillation teachers, their replicates) train first."""
+        return 50 if wildcards.run in self.upstream else 0
+
+    def train_settings_json(self, name: str) -> str:
+        run = self.exp.run(name)
+        return _as_json(dict(run=to_dict(run), dataset=self.dataset_settings(run.dataset),
+                             embedding=to_dict(self.exp.embeddings[run.embedding]), sizes=self.exp.sizes,
+                             precision=self.exp.precision))
+
+    def train_data(self, w) -> dict[str, str]:
+        """The cached train store, or (embedding cache: false) the packed tokens and the encoder."""
+        run = self.exp.run(w.run)
+        embedding = self.exp.embeddings[run.embedding]
+        if embedding.cache:
+            return {"store": f"{self.R}/embeddings/{run.dataset}/{run.embedding}/train.zarr"}
+        inputs = {"tokens": f"{self.R}/data/{run.dataset}/tokens"}
+        if self.exp.encoders[embedding.encoder].source == "build":
+            inputs["encoder"] = self.encoder_path(embedding.encoder)
+        return inputs
+
+    def train_data_args(self, w, input) -> str:
+        if "store" in input.keys():
+            return f"--store {input.store}"
+        return f"--tokens {input.tokens} --encoder {self.embedding_encoder(self.exp.run(w.run).embedding)}"
+
+    def run_dir(self, run: str) -> str:
+        return f"{self.R}/runs/{run}"
+
+    def distill_inputs(self, w) -> dict[str, str]:
+        """A round's train store, its teacher's EMA weights and those of the run that initialises the
+        student (`init_from`, else the teacher)."""
+        run = self.exp.run(w.run)
+        return dict(store=f"{self.R}/embeddings/{run.dataset}/{run.embedding}/train.zarr",
+                    teacher=f"{self.run_dir(run.teacher)}/ema.safetensors",
+                    init=f"{self.run_dir(run.init_from or run.teacher)}/ema.safetensors")
+
+    def released_source(self, w) -> list[str]:
+        """A released run's local checkpoint file or folder (a Hub id is fetched, not an input)."""
+        return [f for f in [self.exp.run(w.run).released] if Path(f).exists()]
+
+    def released_revision_arg(self, run: str) -> str:
+        revision = self.exp.run(run).released_revision
+        return f"--revision {shlex.quote(revision)}" if revision else ""
+
+    # ---- separate decoders ----
+
+    def decoder_store(self, name: str) -> str:
+        """The train-split embedding store a separate decoder learns from."""
+        dec = self.exp.decoders[name]
+        return f"{self.R}/embeddings/{dec.dataset}/{dec.embedding}/train.zarr"
+
+    def decoder_settings_json(self, name: str) -> str:
+        dec = self.exp.decoders[name]
+        return _as_json(dict(decoder=to_dict(dec), dataset=self.dataset_settings(dec.dataset),
+                             embedding=to_dict(self.exp.embeddings[dec.embedding])))
+
+    def decoder_input(self, w) -> list[str]:
+        """The run's separate decoder (Fig. 5b), if it names one."""
+        name = self.exp.run(w.run).decoder
+        return [f"{self.R}/decoders/{name}/model.safetensors"] if name else []
+
+    def decoder_arg(self, w) -> str:
+        name = self.exp.run(w.run).decoder
+        return f"--decoder {self.R}/decoders/{name}" if name else ""
+
+    # ---- evaluation ----
+
+    def task_of(self, run: str) -> str:
+        return self.exp.datasets[self.exp.run(run).dataset].task
+
+    def eval_split(self, sampler: str) -> str:
+        """The split a conditional sampler setting is scored on: its own, else evaluation.split."""
+        return self.exp.samplers[sampler].split or self.exp.evaluation.split
+
+    def eval_data_root(self, run: str) -> str:
+        """The folder of a run's embedding stores (its conditional samplers read <split>.zarr there)."""
+        settings = self.exp.run(run)
+        return f"{self.R}/embeddings/{settings.dataset}/{settings.embedding}"
+
+    def eval_data_inputs(self, w) -> dict:
+        """A conditional group's evaluation stores (one per split its samplers use) and token data."""
+        if self.task_of(w.run) == "unconditional":
+            return {}
+        splits = sorted({self.eval_split(s) for s in group_samplers(self.exp, w.run, w.group)})
+        return dict(stores=[f"{self.eval_data_root(w.run)}/{split}.zarr" for split in splits],
+                    tokens=f"{self.R}/data/{self.exp.run(w.run).dataset}/tokens")
+
+    def scorer_input(self, w) -> list[str]:
+        return [self.scorer] if self.task_of(w.run) == "unconditional" else []
+
+    def eval_plan_json(self, run: str, group: str) -> str:
+        """What one `elf evaluate` job does (its --plan): every sampler of the group with its
+        settings, seeds and split."""
+        ev, task = self.exp.evaluation, self.task_of(run)
+        samplers = {name: dict(settings=to_dict(self.exp.samplers[name]),
+                               seeds=list(seeds_of(self.exp, run, name)),
+                               split=self.eval_split(name) if task != "unconditional" else None)
+                    for name in group_samplers(self.exp, run, group)}
+        return _as_json(dict(run=run, task=task, n=ev.n_samples if task == "unconditional" else ev.n_examples,
+                             batch_size=ev.sample_batch_size, score_batch_size=ev.score_batch_size,
+                             precision=self.exp.precision, samplers=samplers))
+
+    def eval_dirs(self, pairs) -> list[str]:
+        return eval_dirs_of(f"{self.R}/evals", self.exp, pairs)
+
+    # ---- figures, tables, the review ----
+
+    def needs(self, fid: str) -> Needs:
+        return self._needs(fid, self.exp.figures[fid].kind)
+
+    def ids_of_kind(self, kind: str) -> str:
+        """A wildcard regex matching the figure ids of one kind (figure / table)."""
+        return _alternatives(fid for fid, fig in self.exp.figures.items() if fig.kind == kind)
+
+    def figure_files(self, fid: str) -> list[str]:
+        """Every file the figure or table rule writes for ``fid`` (provenance sidecar included)."""
+        if self.exp.figures[fid].kind == "figure":
+            return [f"{self.P}/figures/{fid}{suffix}" for suffix in (".png", ".csv", ".json")]
+        return [f"{self.P}/tables/{fid}{suffix}" for suffix in (".md", ".csv", ".tex", ".json")]
+
+    def evals_for(self, fid: str) -> list[str]:
+        """The evaluation folders holding a figure's aggregates."""
+        return self.eval_dirs(figure_pairs(self.exp, fid)) if self.needs(fid).aggregates else []
+
+    def dataset_scores_for(self, fid: str) -> list[str]:
+        """The "Dataset" line's reference scores, of each unconditional dataset of its runs."""
+        if not self.needs(fid).dataset_line:
+            return []
+        datasets = {self.exp.run(run).dataset for run in self.exp.figures[fid].runs}
+        return [f"{self.R}/scores/_dataset/{d}.json" for d in sorted(datasets)
+                if self.exp.datasets[d].task == "unconditional"]
+
+    def run_metadata_for(self, fid: str) -> list[str]:
+        """The checkpoints whose metadata a figure or table reads: each run's ema.safetensors (its
+        rule's output; config.json sits beside it), and tokens.json of distillation rounds."""
+        if not self.needs(fid).run_metadata:
+            return []
+        runs = self.exp.figures[fid].runs
+        return [f"{self.run_dir(run)}/ema.safetensors" for run in runs] + \
+            [f"{self.run_dir(run)}/tokens.json" for run in runs if self.exp.run(run).kind == "distill"]
+
+    def shown_for(self, fid: str) -> list[str]:
+        """What a qualitative figure shows: the first seed's samples and scores of its pairs (their
+        evaluation folders), or the trajectory of its first pair (the `trajectory` rule)."""
+        needs, pairs = self.needs(fid), figure_pairs(self.exp, fid)
+        shown = self.eval_dirs(pairs) if needs.samples else []
+        if needs.trajectory:
+            shown += [f"{self.R}/trajectories/{run}/{sampler}.json" for run, sampler in pairs[:1]]
+        return shown
+
+    def figure_settings_json(self, config: dict, fid: str) -> str:
+        """A figure's slice of the config (``figure_config``), for its job's --settings."""
+        return _as_json(figure_config(config, self.exp, fid))
+
+    def report_args(self) -> str:
+        """`elf report` arguments: every input root (each id reads what it needs)."""
+        return (f"--evals-root {self.R}/evals --dataset-scores-root {self.R}/scores/_dataset "
+                f"--runs-root {self.R}/runs --trajectories-root {self.R}/trajectories "
+                f"--paper-values config/paper_values.yaml --out {self.P}")
+
+    def review_inputs(self) -> list[str]:
+        """What the review reads besides the experiment: its pairs' evaluation folders, the run
+        metadata and every rendered figure and table."""
+        exp = self.exp
+        return [*self.eval_dirs(review_pairs(exp)), *(f for fid in exp.figures for f in self.run_metadata_for(fid)),
+                *(f for fid in exp.figures for f in self.figure_files(fid))]

@@ -3,8 +3,8 @@
 Every import of every ``elf`` module is read (module level and inside functions, ``ast.walk``), and
 one from a lower layer to a higher one fails, naming both. The layer map, bottom to top:
 
-    base      config, typed, validate, io, errors, hub, precision, runtime, artifacts, plan: what every
-              layer shares (settings, file output, the stage contracts, the DAG's plan)
+    base      config, typed, schema, validate, io, errors, hub, precision, runtime, artifacts, plan:
+              what every layer shares (settings, file output, the stage contracts, the DAG's plan)
     data      corpora, tokenizers, packing
     embed     encoders, embedding stores, batch readers
     train     the network and the flow (model, flow, decoder) and their training (train)
@@ -22,8 +22,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
-    ("base", ("elf", "elf.config", "elf.typed", "elf.validate", "elf.io", "elf.errors", "elf.hub",
-              "elf.precision", "elf.runtime", "elf.artifacts", "elf.plan")),
+    ("base", ("elf", "elf.config", "elf.typed", "elf.schema", "elf.validate", "elf.io", "elf.errors",
+              "elf.hub", "elf.precision", "elf.runtime", "elf.artifacts", "elf.plan")),
     ("data", ("elf.data",)),
     ("embed", ("elf.embed",)),
     ("train", ("elf.model", "elf.flow", "elf.decoder", "elf.train")),

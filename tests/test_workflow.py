@@ -100,8 +100,44 @@ def test_editing_code_reruns_only_the_rules_that_run_it(ci_run, module, expected
         os.utime(path, (stat.st_atime, stat.st_mtime))
 
 
+def planned_jobs(configfile) -> set[tuple[str, str]]:
+    """(rule, wildcards) of every job ``snakemake -n`` plans."""
+    proc = snakemake("-n", "--configfile", str(configfile))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs, rule = set(), None
+    for line in proc.stdout.splitlines() + ["rule end:"]:
+        if re.match(r"(local)?rule \w+:", line):
+            if rule:
+                jobs.add((rule, wildcards))
+            rule, wildcards = line.split()[-1].rstrip(":"), ""
+        elif line.strip().startswith("wildcards:"):
+            wildcards = line.split(":", 1)[1].strip()
+    return jobs
+
+
+def test_editing_one_runs_setting_plans_only_that_runs_jobs_and_figures(ci_run, tmp_path):
+    """Each figure's job gets its own slice of the config (elf.plan.figure_config): a changed run
+    retrains, re-evaluates and re-renders what shows it, and the review and manifest, nothing else."""
+    _, configfile = ci_run
+    cfg = yaml.safe_load(configfile.read_text())
+    cfg["runs"]["wmt"]["objective"]["label_drop_prob"] = 0.2
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(cfg))
+    jobs = planned_jobs(edited)
+    assert {rule for rule, _ in jobs} == {"experiment", "train", "evaluate", "table", "review",
+                                          "manifest", "all"}
+    assert {w for rule, w in jobs if rule in ("figure", "table")} == {"fid=T1"}
+    assert {w for rule, w in jobs if rule in ("train", "evaluate")} == {"run=wmt", "run=wmt, group=all"}
+
+
 def test_snakemake_lint_passes():
     proc = snakemake("--lint", "--configfile", "config/ci.yaml")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_rules_are_snakefmt_formatted():
+    proc = subprocess.run(["snakefmt", "--check", "workflow"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 

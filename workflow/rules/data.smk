@@ -10,7 +10,7 @@ rule corpora:
     output:
         directory(f"{R}/data/corpora"),
     params:
-        settings=as_json(EXP.corpora),
+        settings=PLAN.as_json(EXP.corpora),
     log:
         f"{R}/logs/corpora.log",
     shell:
@@ -27,13 +27,11 @@ rule tokenizer:
     output:
         directory(f"{R}/models/tokenizer"),
     params:
-        settings=as_json(EXP.tokenizer),
+        settings=PLAN.as_json(EXP.tokenizer),
     log:
         f"{R}/logs/tokenizer.log",
     shell:
         "elf tokenizer --settings {params.settings:q} --corpora {input.corpora} --out {output} 2> {log}"
-
-
 
 
 rule prepare:
@@ -44,15 +42,15 @@ rule prepare:
         ENV
     input:
         code("data", "stages/prepare.py", "stages/args.py"),
-        tok=tokenizer_input,
-        corpora=lambda w: corpora_input(w.dataset),
+        tok=PLAN.tokenizer_input,
+        corpora=lambda w: PLAN.corpora_input(w.dataset),
     output:
         directory(f"{R}/data/{{dataset}}/tokens"),
     threads: lambda w: EXP.datasets[w.dataset].prepare_shards
     params:
-        settings=lambda w: as_json(dataset_settings(w.dataset)),
+        settings=lambda w: PLAN.as_json(PLAN.dataset_settings(w.dataset)),
         raw=lambda w: f"--raw-root {R}/data/corpora" if EXP.datasets[w.dataset].source == "embedded" else "",
-        tokenizer=TOKENIZER,
+        tokenizer=PLAN.tokenizer,
     log:
         f"{R}/logs/prepare/{{dataset}}.log",
     shell:
@@ -66,14 +64,14 @@ rule encoder:
         ENV
     input:
         code("embed/encoder.py", "stages/encoder.py"),
-        tok=tokenizer_input,
+        tok=PLAN.tokenizer_input,
         tokens=f"{R}/data/owt/tokens",
     output:
         directory(f"{R}/models/encoder-{{encoder}}"),
     params:
         threads=torch_threads,
-        settings=lambda w: as_json(EXP.encoders[w.encoder]),
-        tokenizer=TOKENIZER,
+        settings=lambda w: PLAN.as_json(EXP.encoders[w.encoder]),
+        tokenizer=PLAN.tokenizer,
     log:
         f"{R}/logs/encoder/{{encoder}}.log",
     shell:
@@ -89,10 +87,10 @@ rule scorer:
         code("evaluate/scorer.py", "stages/scorer.py"),
         corpora=f"{R}/data/corpora" if EXP.scorer.source == "build" else [],
     output:
-        directory(SCORER),
+        directory(PLAN.scorer),
     params:
         threads=torch_threads,
-        settings=as_json(EXP.scorer),
+        settings=PLAN.as_json(EXP.scorer),
         corpus=f"--corpus {R}/data/corpora/owt" if EXP.scorer.source == "build" else "",
     log:
         f"{R}/logs/scorer.log",

@@ -8,14 +8,14 @@ rule decoder:
         ENV
     input:
         code("decoder.py", "model.py", "flow", "embed/reader.py", "embed/kinds.py", "stages/decoder.py"),
-        store=lambda w: decoder_store(w.name),
-        tok=tokenizer_input,
+        store=lambda w: PLAN.decoder_store(w.name),
+        tok=PLAN.tokenizer_input,
     output:
         f"{R}/decoders/{{name}}/model.safetensors",
     params:
         threads=torch_threads,
-        settings=lambda w: decoder_settings_json(w.name),
-        tokenizer=TOKENIZER,
+        settings=lambda w: PLAN.decoder_settings_json(w.name),
+        tokenizer=PLAN.tokenizer,
         out=lambda w: f"{R}/decoders/{w.name}",
     log:
         f"{R}/logs/decoder/{{name}}.log",

@@ -4,30 +4,36 @@
 # so round k waits for round k−1. tokens.json records the training tokens per round (Fig. 9b).
 
 
-
 rule distill:
     """One distillation round of the experiment matrix."""
     conda:
         ENV
     priority: 50  # the rounds are a chain: the critical path
     input:
-        code("model.py", "precision.py", "flow/paths.py", "flow/objective.py", "flow/distill.py", "train",
-             "embed/reader.py", "stages/train.py", "stages/distill.py"),
-        tok=tokenizer_input,
-        store=lambda w: f"{R}/embeddings/{run_settings(w.run).dataset}/{run_settings(w.run).embedding}/train.zarr",
-        teacher=lambda w: f"{R}/runs/{run_settings(w.run).teacher}/ema.safetensors",
-        init=lambda w: f"{R}/runs/{distill_init(w.run)}/ema.safetensors",
+        unpack(PLAN.distill_inputs),
+        code(
+            "model.py",
+            "precision.py",
+            "flow/paths.py",
+            "flow/objective.py",
+            "flow/distill.py",
+            "train",
+            "embed/reader.py",
+            "stages/train.py",
+            "stages/distill.py",
+        ),
+        tok=PLAN.tokenizer_input,
     output:
         ema=f"{R}/runs/{{run}}/ema.safetensors",
         tokens=f"{R}/runs/{{run}}/tokens.json",
     wildcard_constraints:
-        run=runs_of_kind("distill"),
+        run=PLAN.runs_of_kind("distill"),
     params:
         threads=torch_threads,
-        settings=lambda w: train_settings_json(w.run),
-        tokenizer=TOKENIZER,
-        teacher=lambda w: f"{R}/runs/{run_settings(w.run).teacher}",
-        init=lambda w: f"{R}/runs/{distill_init(w.run)}",
+        settings=lambda w: PLAN.train_settings_json(w.run),
+        tokenizer=PLAN.tokenizer,
+        teacher=lambda w, input: str(Path(input.teacher).parent),
+        init=lambda w, input: str(Path(input.init).parent),
         out=lambda w: f"{R}/runs/{w.run}",
         # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
         launch=lambda w, resources: launcher(resources),

@@ -15,13 +15,13 @@ rule embed:
     input:
         code("embed", "stages/embed.py"),
         tokens=f"{R}/data/{{dataset}}/tokens",
-        encoder=lambda w: embed_encoder_input(w.embedding),
+        encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
         directory(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr"),
     params:
         threads=torch_threads,
-        settings=lambda w: as_json(EXP.embeddings[w.embedding]),
-        encoder=lambda w: embedding_encoder(w.embedding),
+        settings=lambda w: PLAN.as_json(EXP.embeddings[w.embedding]),
+        encoder=lambda w: PLAN.embedding_encoder(w.embedding),
         work=lambda w, output: f"{output}.partial",
         # the job's GPU (profile resource `gpu`, slurm/config.yaml); the CPU where none is visible
         device=lambda w, resources: embed_device(resources),
@@ -39,19 +39,19 @@ rule embed_shard:
     input:
         code("embed", "stages/embed.py"),
         tokens=f"{R}/data/{{dataset}}/tokens",
-        encoder=lambda w: embed_encoder_input(w.embedding),
+        encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
         temp(touch(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr.shards/{{k}}of{{n}}.done")),
     wildcard_constraints:
-        dataset=sharded_datasets(),
+        dataset=PLAN.sharded_datasets(),
         split="train",
         k=r"\d+",
         n=r"\d+",
     params:
         threads=torch_threads,
-        settings=lambda w: as_json(EXP.embeddings[w.embedding]),
-        encoder=lambda w: embedding_encoder(w.embedding),
-        store=lambda w: embed_store(w),
+        settings=lambda w: PLAN.as_json(EXP.embeddings[w.embedding]),
+        encoder=lambda w: PLAN.embedding_encoder(w.embedding),
+        store=lambda w: PLAN.embed_store(w),
         device=lambda w, resources: embed_device(resources),
     log:
         f"{R}/logs/embed/{{dataset}}-{{embedding}}-{{split}}-{{k}}of{{n}}.log",
@@ -67,11 +67,11 @@ rule embed_gather:
         ENV
     input:
         code("embed", "stages/embed.py"),
-        shards=embed_shard_markers,
+        shards=PLAN.embed_shard_markers,
     output:
         directory(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr"),
     wildcard_constraints:
-        dataset=sharded_datasets(),
+        dataset=PLAN.sharded_datasets(),
         split="train",
     params:
         work=lambda w, output: f"{output}.partial",

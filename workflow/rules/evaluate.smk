@@ -1,5 +1,5 @@
 # Checkpoint × named sampler settings → samples of every evaluation seed, their scores and the mean ± SE
-# over seeds (one `elf evaluate` job per evaluation group); the decoded trajectory of F18.
+# over seeds (one `elf evaluate` job per evaluation group); the decoded trajectory a figure shows.
 
 
 rule evaluate:
@@ -9,29 +9,45 @@ rule evaluate:
     conda:
         ENV
     input:
-        unpack(eval_data_inputs),
-        code("model.py", "precision.py", "plan.py", "flow/__init__.py", "flow/paths.py",
-             "flow/samplers.py", "flow/sampling.py", "decoder.py", "train/checkpoint.py", "evaluate",
-             "stages/args.py", "stages/sample.py", "stages/score.py", "stages/aggregate.py",
-             "stages/evaluate.py"),
-        tok=tokenizer_input,
+        unpack(PLAN.eval_data_inputs),
+        code(
+            "model.py",
+            "precision.py",
+            "plan.py",
+            "flow/__init__.py",
+            "flow/paths.py",
+            "flow/samplers.py",
+            "flow/sampling.py",
+            "decoder.py",
+            "train/checkpoint.py",
+            "evaluate",
+            "stages/args.py",
+            "stages/sample.py",
+            "stages/score.py",
+            "stages/aggregate.py",
+            "stages/evaluate.py",
+        ),
+        tok=PLAN.tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
-        decoder=decoder_input,
-        scorer=scorer_input,
+        decoder=PLAN.decoder_input,
+        scorer=PLAN.scorer_input,
     output:
         directory(f"{R}/evals/{{run}}/{{group}}"),
     wildcard_constraints:
-        run=ANY_RUN,
+        run=PLAN.any_run,
         group=r"[^/]+",
     params:
         threads=torch_threads,
-        plan=lambda w: eval_plan_json(w.run, w.group),
-        cond=lambda w, input: f"--eval-data {eval_data_root(w.run)} --tokens {input.tokens}"
-        if "tokens" in input.keys() else "",
+        plan=lambda w: PLAN.eval_plan_json(w.run, w.group),
+        cond=lambda w, input: (
+            f"--eval-data {PLAN.eval_data_root(w.run)} --tokens {input.tokens}"
+            if "tokens" in input.keys()
+            else ""
+        ),
         scorer=lambda w, input: f"--scorer {input.scorer}" if input.scorer else "",
-        tokenizer=TOKENIZER,
+        tokenizer=PLAN.tokenizer,
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
-        decoder=decoder_arg,
+        decoder=PLAN.decoder_arg,
     log:
         f"{R}/logs/evaluate/{{run}}/{{group}}.log",
     shell:
@@ -40,24 +56,34 @@ rule evaluate:
 
 
 rule trajectory:
-    """Decode the network's clean estimate along one sampling rollout (F18), first evaluation seed."""
+    """Decode the network's clean estimate along one sampling rollout (a trajectory figure), first
+    evaluation seed."""
     conda:
         ENV
     input:
-        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/samplers.py",
-             "flow/sampling.py", "train/checkpoint.py", "stages/args.py", "stages/sample.py",
-             "stages/trajectory.py"),
-        tok=tokenizer_input,
+        code(
+            "model.py",
+            "precision.py",
+            "flow/__init__.py",
+            "flow/paths.py",
+            "flow/samplers.py",
+            "flow/sampling.py",
+            "train/checkpoint.py",
+            "stages/args.py",
+            "stages/sample.py",
+            "stages/trajectory.py",
+        ),
+        tok=PLAN.tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
     output:
         f"{R}/trajectories/{{run}}/{{sampler}}.json",
     wildcard_constraints:
-        run=ANY_RUN,
+        run=PLAN.any_run,
     params:
         threads=torch_threads,
-        sampler=lambda w: as_json(EXP.samplers[w.sampler]),
+        sampler=lambda w: PLAN.as_json(EXP.samplers[w.sampler]),
         seed=EXP.evaluation.seeds[0],
-        tokenizer=TOKENIZER,
+        tokenizer=PLAN.tokenizer,
         precision=EXP.precision,
         ckpt_dir=lambda w: f"{R}/runs/{w.run}",
     log:

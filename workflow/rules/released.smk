@@ -15,17 +15,17 @@ rule released:
         ENV
     input:
         code("model.py", "hub.py", "train/checkpoint.py", "train/released.py", "stages/release.py"),
-        tok=tokenizer_input,
-        source=lambda w: [f for f in [run_settings(w.run).released] if Path(f).exists()],
+        tok=PLAN.tokenizer_input,
+        source=PLAN.released_source,
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
     wildcard_constraints:
-        run=runs_of_kind("released"),
+        run=PLAN.runs_of_kind("released"),
     params:
-        settings=lambda w: train_settings_json(w.run),
-        source=lambda w: run_settings(w.run).released,
-        revision=lambda w: released_revision_arg(w.run),
-        tokenizer=TOKENIZER,
+        settings=lambda w: PLAN.train_settings_json(w.run),
+        source=lambda w: EXP.run(w.run).released,
+        revision=lambda w: PLAN.released_revision_arg(w.run),
+        tokenizer=PLAN.tokenizer,
         out=lambda w: f"{R}/runs/{w.run}",
     log:
         f"{R}/logs/released/{{run}}.log",

@@ -1,5 +1,7 @@
-# Aggregates (and, for T6/T7/T8/F7c/F9b, the runs' config.json / tokens.json) → every figure and
-# table (with captions), the replication review and the manifest.
+# Aggregates (and, where the registry says so, the "Dataset" line, the runs' config.json /
+# tokens.json, samples or a trajectory: elf/report/registry.py) → every figure and table (with
+# captions), the replication review and the manifest. A figure's job gets its slice of the config
+# (--settings, elf.plan.figure_config): editing another run, sampler or figure re-renders nothing here.
 # Figures and tables are registered for Snakemake's HTML report (`snakemake --report report.html`):
 # one category per paper section (the figure's `section` setting), the caption from
 # workflow/report/<id>.rst (generic.rst where an id has none).
@@ -7,10 +9,26 @@
 
 # Seconds of CPU each: run where Snakemake runs rather than as cluster jobs.
 localrules:
+    experiment,
     figure,
     table,
     review,
     manifest,
+
+
+rule experiment:
+    """results/experiment.json: the configuration the review, the manifest and explore.ipynb read;
+    rewritten when the config changes (Snakemake's params trigger)."""
+    conda:
+        ENV
+    output:
+        PLAN.experiment_file,
+    params:
+        text=lambda w: json.dumps(config, indent=1, sort_keys=True),
+    log:
+        f"{R}/logs/report/experiment.log",
+    shell:
+        "printf '%s' {params.text:q} > {output} 2> {log}"
 
 
 rule figure:
@@ -18,27 +36,26 @@ rule figure:
     conda:
         ENV
     input:
-        code("report", "plan.py", "model.py", "stages/report.py"),  # parameter counts at paper dims
-        EXPERIMENT_FILE,
+        code("report", "plan.py", "model.py", "stages/report.py"),
         "config/paper_values.yaml",
-        evals=lambda w: evals_for(w.fid),
-        # token bars (F7c, F9b) draw no Dataset line
-        dataset=lambda w: [] if reads_run_metadata(w.fid) else dataset_scores_for(w.fid),
-        runs=lambda w: run_metadata_for(w.fid),
-        shown=lambda w: qualitative_inputs(w.fid),
+        evals=lambda w: PLAN.evals_for(w.fid),
+        dataset=lambda w: PLAN.dataset_scores_for(w.fid),
+        runs=lambda w: PLAN.run_metadata_for(w.fid),
+        shown=lambda w: PLAN.shown_for(w.fid),
     output:
         png=in_report(f"{P}/figures/{{fid}}.png", "PNG"),
         csv=f"{P}/figures/{{fid}}.csv",
         provenance=f"{P}/figures/{{fid}}.json",
     wildcard_constraints:
-        fid=ids_of_kind("figure"),
+        fid=PLAN.ids_of_kind("figure"),
     params:
-        args=report_args(),
+        args=PLAN.report_args(),
+        settings=lambda w: PLAN.figure_settings_json(config, w.fid),
         caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
     shell:
-        "elf report {params.args} --figure {wildcards.fid} 2> {log}"
+        "elf report {params.args} --settings {params.settings:q} --figure {wildcards.fid} 2> {log}"
 
 
 rule table:
@@ -46,25 +63,25 @@ rule table:
     conda:
         ENV
     input:
-        code("report", "plan.py", "model.py", "stages/report.py"),  # parameter counts at paper dims
-        EXPERIMENT_FILE,
+        code("report", "plan.py", "model.py", "stages/report.py"),
         "config/paper_values.yaml",
-        evals=lambda w: evals_for(w.fid),
-        runs=lambda w: run_metadata_for(w.fid),
+        evals=lambda w: PLAN.evals_for(w.fid),
+        runs=lambda w: PLAN.run_metadata_for(w.fid),
     output:
         md=in_report(f"{P}/tables/{{fid}}.md", "Markdown"),
         csv=in_report(f"{P}/tables/{{fid}}.csv", "CSV"),
         tex=in_report(f"{P}/tables/{{fid}}.tex", "LaTeX"),
         provenance=f"{P}/tables/{{fid}}.json",
     wildcard_constraints:
-        fid=ids_of_kind("table"),
+        fid=PLAN.ids_of_kind("table"),
     params:
-        args=report_args(),
+        args=PLAN.report_args(),
+        settings=lambda w: PLAN.figure_settings_json(config, w.fid),
         caption=lambda w: caption_text(w.fid),
     log:
         f"{R}/logs/report/{{fid}}.log",
     shell:
-        "elf report {params.args} --figure {wildcards.fid} 2> {log}"
+        "elf report {params.args} --settings {params.settings:q} --figure {wildcards.fid} 2> {log}"
 
 
 rule review:
@@ -74,22 +91,24 @@ rule review:
         ENV
     input:
         code("report", "plan.py", "model.py", "stages/report.py"),
-        EXPERIMENT_FILE,
         "config/paper_values.yaml",
-        plan.eval_dirs_of(f"{R}/evals", EXP, plan.review_pairs(EXP)),
-        [run_metadata_for(fid) for fid in EXP.figures],
-        [rendered(fid) for fid in EXP.figures],
+        PLAN.review_inputs(),
+        experiment=rules.experiment.output,
     output:
         f"{P}/replication.md",
         f"{P}/trends.md",
-        report(f"{P}/replication.html", caption="../report/replication.rst",
-               category="Replication review", labels={"file": "replication review"}),
+        report(
+            f"{P}/replication.html",
+            caption="../report/replication.rst",
+            category="Replication review",
+            labels={"file": "replication review"},
+        ),
     params:
-        args=report_args(),
+        args=PLAN.report_args(),
     log:
         f"{R}/logs/report/review.log",
     shell:
-        "elf report {params.args} --review 2> {log}"
+        "elf report {params.args} --config {input.experiment} --review 2> {log}"
 
 
 rule manifest:
@@ -98,13 +117,14 @@ rule manifest:
         ENV
     input:
         code("report"),
-        [rendered(fid) for fid in EXP.figures],
+        [PLAN.figure_files(fid) for fid in EXP.figures],
         rules.review.output,
+        experiment=rules.experiment.output,
     output:
         f"{P}/all",
     params:
-        args=report_args(),
+        args=PLAN.report_args(),
     log:
         f"{R}/logs/report/manifest.log",
     shell:
-        "elf report {params.args} --manifest 2> {log}"
+        "elf report {params.args} --config {input.experiment} --manifest 2> {log}"

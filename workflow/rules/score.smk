@@ -9,16 +9,16 @@ rule score_dataset:
         ENV
     input:
         code("evaluate", "precision.py", "stages/score.py", "data/tokenizer.py"),
-        tok=tokenizer_input,
+        tok=PLAN.tokenizer_input,
         tokens=f"{R}/data/{{dataset}}/tokens",
-        scorer=SCORER,
+        scorer=PLAN.scorer,
     output:
         f"{R}/scores/_dataset/{{dataset}}.json",
     params:
         threads=torch_threads,
         n=EXP.evaluation.n_samples,
         precision=EXP.precision,
-        tokenizer=TOKENIZER,
+        tokenizer=PLAN.tokenizer,
     log:
         f"{R}/logs/score/_dataset/{{dataset}}.log",
     shell:

@@ -5,21 +5,30 @@ rule train:
     """Train one run of the experiment matrix."""
     conda:
         ENV
-    priority: train_priority
+    priority: PLAN.train_priority
     input:
-        unpack(train_data),
-        code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/objective.py", "train",
-             "embed/reader.py", "embed/kinds.py", "stages/train.py"),
-        tok=tokenizer_input,
+        unpack(PLAN.train_data),
+        code(
+            "model.py",
+            "precision.py",
+            "flow/__init__.py",
+            "flow/paths.py",
+            "flow/objective.py",
+            "train",
+            "embed/reader.py",
+            "embed/kinds.py",
+            "stages/train.py",
+        ),
+        tok=PLAN.tokenizer_input,
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
     wildcard_constraints:
-        run=runs_of_kind("train"),
+        run=PLAN.runs_of_kind("train"),
     params:
         threads=torch_threads,
-        settings=lambda w: train_settings_json(w.run),
-        data=train_data_args,
-        tokenizer=TOKENIZER,
+        settings=lambda w: PLAN.train_settings_json(w.run),
+        data=PLAN.train_data_args,
+        tokenizer=PLAN.tokenizer,
         out=lambda w: f"{R}/runs/{w.run}",
         # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
         launch=lambda w, resources: launcher(resources),

@@ -1,0 +1,125 @@
+"""The DAG's plan in Python (elf/plan.py): the paths, inputs and settings the rules take from
+``plan.Dag``, and the config slice each figure's job gets, so that editing one run, sampler or figure
+re-plans only what uses it."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from elf import plan
+from elf.config import parse_experiment
+from elf.report.registry import needs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((ROOT / "config" / name).read_text())
+
+
+@pytest.fixture(scope="module")
+def ci():
+    config = load("ci.yaml")
+    return config, plan.Dag(parse_experiment(config), needs)
+
+
+def slices(config: dict) -> dict[str, str]:
+    dag = plan.Dag(parse_experiment(config), needs)
+    return {fid: dag.figure_settings_json(config, fid) for fid in config["figures"]}
+
+
+def test_a_figure_slice_is_a_config_of_that_figure_alone(ci):
+    config, dag = ci
+    part = json.loads(dag.figure_settings_json(config, "T5"))
+    assert list(part["figures"]) == ["T5"] and list(part["samplers"]) == ["pd_sde1"]
+    # the rounds plotted, and the runs they name (teacher, init_from), nothing else
+    assert list(part["runs"]) == ["base", "pd_r1", "pd_r2", "pd_r3", "pd_r4", "pd_r5"]
+    assert "trends" not in part and part["datasets"] == config["datasets"]
+    sliced = parse_experiment(part)  # `elf report --settings` reads it as an experiment
+    assert sliced.run("pd_r5") == dag.exp.run("pd_r5")
+
+
+@pytest.mark.parametrize("edit, changed", [
+    # one run's setting: the figures and tables of that run only
+    (lambda c: c["runs"]["wmt"]["objective"].update(label_drop_prob=0.2), {"T1"}),
+    # the distillation teacher: every figure that shows a round, or the teacher itself
+    (lambda c: c["runs"]["base"].update(paper_run="R99"), {"F4", "T9", "T3", "T5", "F9a", "F9b", "F18"}),
+    # one sampler: the figures that plot it
+    (lambda c: c["samplers"]["sde8"].update(gamma=0.5), {"T9"}),
+    # one figure's own settings: that figure
+    (lambda c: c["figures"]["F4"].update(title="edited"), {"F4"}),
+    # a trend check: no figure (the review reads it)
+    (lambda c: c["trends"]["more_steps"].update(claim="edited"), set()),
+])
+def test_editing_one_setting_changes_only_the_slices_that_use_it(edit, changed):
+    before = load("ci.yaml")
+    after = copy.deepcopy(before)
+    edit(after)
+    old, new = slices(before), slices(after)
+    assert {fid for fid in old if old[fid] != new[fid]} == changed
+
+
+def test_figure_inputs_follow_the_registry(ci):
+    config, dag = ci
+    R = dag.R
+    assert dag.evals_for("T9") == [f"{R}/evals/base/all"]
+    assert dag.dataset_scores_for("F4") == [f"{R}/scores/_dataset/owt.json"]  # the "Dataset" line
+    assert dag.dataset_scores_for("F9a") == []  # drawn without one
+    assert dag.run_metadata_for("F9b") == [f"{R}/runs/pd_r{k}/ema.safetensors" for k in range(1, 6)] + \
+        [f"{R}/runs/pd_r{k}/tokens.json" for k in range(1, 6)]
+    assert dag.run_metadata_for("T9") == []
+    assert dag.shown_for("F18") == [f"{R}/trajectories/base/ode16_w1.json"]
+    assert dag.shown_for("F4") == []
+    assert dag.figure_files("T1") == [f"{dag.P}/tables/T1{s}" for s in (".md", ".csv", ".tex", ".json")]
+    ids = dag.ids_of_kind("figure").split("|")
+    assert sorted(ids) == sorted(f for f, fig in config["figures"].items() if fig["kind"] == "figure")
+
+
+def test_run_inputs_and_settings(ci):
+    config, dag = ci
+    R = dag.R
+    w = SimpleNamespace(run="pd_r2")
+    assert dag.distill_inputs(w) == {"store": f"{R}/embeddings/owt/encoder/train.zarr",
+                                     "teacher": f"{R}/runs/base/ema.safetensors",
+                                     "init": f"{R}/runs/pd_r1/ema.safetensors"}
+    assert dag.train_data(SimpleNamespace(run="base")) == {"store": f"{R}/embeddings/owt/encoder/train.zarr"}
+    assert dag.train_priority(SimpleNamespace(run="base")) == 50
+    assert dag.train_priority(SimpleNamespace(run="wmt")) == 0
+    settings = json.loads(dag.train_settings_json("wmt"))
+    assert settings["run"] == json.loads(json.dumps(plan.to_dict(dag.exp.run("wmt"))))
+    assert "embed_shards" not in settings["dataset"]  # scheduling only: changing it retrains nothing
+    assert set(dag.runs_of_kind("distill").split("|")) == {f"pd_r{k}" for k in range(1, 6)}
+    assert dag.runs_of_kind("released") == "(?!)"  # none: a regex that matches nothing
+
+
+def test_evaluation_inputs(ci):
+    _, dag = ci
+    R = dag.R
+    cond = SimpleNamespace(run="wmt", group="all")
+    inputs = dag.eval_data_inputs(cond)
+    assert inputs == {"stores": [f"{R}/embeddings/wmt/encoder/{dag.exp.evaluation.split}.zarr"],
+                      "tokens": f"{R}/data/wmt/tokens"}
+    assert dag.scorer_input(cond) == [] and dag.scorer_input(SimpleNamespace(run="base")) == [dag.scorer]
+    assert dag.eval_data_inputs(SimpleNamespace(run="base", group="all")) == {}
+    job = json.loads(dag.eval_plan_json("base", "all"))
+    assert set(job["samplers"]) == set(plan.run_samplers(dag.exp, "base"))
+    assert job["samplers"]["ode16_w1"]["seeds"] == list(plan.seeds_of(dag.exp, "base", "ode16_w1"))
+
+
+def test_the_paper_config_plans_without_a_figure_id_in_the_workflow():
+    """Every figure's inputs come from its registry entry: no rule file names an id."""
+    config = load("paper.yaml")
+    dag = plan.Dag(parse_experiment(config), needs)
+    for fid in config["figures"]:
+        dag.evals_for(fid), dag.run_metadata_for(fid), dag.shown_for(fid), dag.dataset_scores_for(fid)
+        parse_experiment(json.loads(dag.figure_settings_json(config, fid)))
+    rules = "\n".join(p.read_text() for p in (ROOT / "workflow").rglob("*.smk"))
+    named = sorted(fid for fid in config["figures"] if re.search(rf"\b{fid}\b(?![- ]style| encoder)", rules))
+    assert not named, f"figure ids spelled in the workflow: {named}"
