@@ -1,9 +1,11 @@
 # Config validation, the output roots, code() and the report registration; every path, input function
 # and setting of the rules is elf/plan.py's (PLAN.<name>, unit-tested in tests/test_plan.py).
 import json
+import shlex
 import sys
 from pathlib import Path
 
+from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from elf import plan
@@ -29,10 +31,17 @@ def needs(fid, kind):
 
 PLAN = plan.Dag(EXP, needs)
 R, P = PLAN.R, PLAN.P
-# Every rule runs in the project's pinned environment (the README sets it up once; with
-# --use-conda Snakemake builds it from the same file).
-ENV = str(Path(workflow.basedir).parent / "environment.yml")
+# The jobs run this checkout's elf/ (the files code() declares), installed or not, PYTHONPATH naming
+# it. Under --sdm conda their environment (envs/elf.yaml) holds the pinned dependencies only, and `elf`
+# is `python -m elf`.
+ENV = str(Path(workflow.basedir) / "envs" / "elf.yaml")
 ELF = Path(workflow.basedir).parent / "elf"
+CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+PREFIX = (
+    ("set -euo pipefail; " if Path(shell.get_executable() or "sh").name == "bash" else "")  # Snakemake's own
+    + f"export PYTHONPATH={shlex.quote(str(ELF.parent))}${{PYTHONPATH:+:$PYTHONPATH}}; "
+    + ('elf() { python -m elf "$@"; }; ' if CONDA else "")
+)
 
 
 def code(*modules):
