@@ -1,7 +1,8 @@
 """Keep the README's "What the embedded default shows" equal to what a run computed.
 
 The README quotes the trend checks of the replication review (``reports/trends.md``, written by the
-``review`` rule from ``elf/report/trends.py``) between two marker lines. This script compares the
+``review`` rule from ``elf/report/trends.py``; its verdict table, not the training-seed spread tables
+after it) between two marker lines. This script compares the
 quoted block with the file: every claim must have the same verdict (the digits may move a little on
 another machine: CPU float reductions depend on the thread count), and ``--exact`` asks for the same
 text. It exits 1 with a diff when they differ; ``--update`` rewrites the block from the file instead.
@@ -47,7 +48,7 @@ def main() -> int:
     if not trends.is_file():
         raise SystemExit(f"{trends} not found: run the DAG first (snakemake --cores all)")
     head, block, tail = split(readme.read_text())
-    computed = trends.read_text().strip("\n")
+    computed = trends.read_text().split("\n### ", 1)[0].strip("\n")   # the verdicts, not the spread tables
     if args.update:
         readme.write_text(f"{head}{BEGIN}\n{computed}\n{END}{tail}")
         print(f"{readme}: block rewritten from {trends}")
