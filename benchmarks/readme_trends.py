@@ -23,11 +23,12 @@ BEGIN = "<!-- trends: generated from reports/trends.md by benchmarks/readme_tren
 END = "<!-- trends: end -->"
 
 
-def split(readme: str) -> tuple[str, str, str]:
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README has no block between {BEGIN!r} and {END!r}")
-    head, rest = readme.split(BEGIN, 1)
-    block, tail = rest.split(END, 1)
+def split(readme: str, begin: str = BEGIN, end: str = END) -> tuple[str, str, str]:
+    """(text before the block, the block, text after) for the marker lines ``begin`` / ``end``."""
+    if begin not in readme or end not in readme:
+        raise SystemExit(f"README has no block between {begin!r} and {end!r}")
+    head, rest = readme.split(begin, 1)
+    block, tail = rest.split(end, 1)
     return head, block.strip("\n"), tail
 
 
