@@ -1,7 +1,8 @@
 """Keep the README's "What the embedded default shows" equal to what a run computed.
 
 The README quotes the trend checks of the replication review (``reports/trends.md``, written by the
-``review`` rule from ``elf/report/trends.py``) between two marker lines. This script compares the
+``review`` rule from ``elf/report/trends.py``; its verdict table, not the training-seed spread tables
+after it) between two marker lines. This script compares the
 quoted block with the file: every claim must have the same verdict (the digits may move a little on
 another machine: CPU float reductions depend on the thread count), and ``--exact`` asks for the same
 text. It exits 1 with a diff when they differ; ``--update`` rewrites the block from the file instead.
@@ -22,11 +23,12 @@ BEGIN = "<!-- trends: generated from reports/trends.md by benchmarks/readme_tren
 END = "<!-- trends: end -->"
 
 
-def split(readme: str) -> tuple[str, str, str]:
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README has no block between {BEGIN!r} and {END!r}")
-    head, rest = readme.split(BEGIN, 1)
-    block, tail = rest.split(END, 1)
+def split(readme: str, begin: str = BEGIN, end: str = END) -> tuple[str, str, str]:
+    """(text before the block, the block, text after) for the marker lines ``begin`` / ``end``."""
+    if begin not in readme or end not in readme:
+        raise SystemExit(f"README has no block between {begin!r} and {end!r}")
+    head, rest = readme.split(begin, 1)
+    block, tail = rest.split(end, 1)
     return head, block.strip("\n"), tail
 
 
@@ -47,7 +49,7 @@ def main() -> int:
     if not trends.is_file():
         raise SystemExit(f"{trends} not found: run the DAG first (snakemake --cores all)")
     head, block, tail = split(readme.read_text())
-    computed = trends.read_text().strip("\n")
+    computed = trends.read_text().split("\n### ", 1)[0].strip("\n")   # the verdicts, not the spread tables
     if args.update:
         readme.write_text(f"{head}{BEGIN}\n{computed}\n{END}{tail}")
         print(f"{readme}: block rewritten from {trends}")

@@ -151,6 +151,9 @@ class EvalSettings:
     sample_batch_size: int = _f(64, help="samples per sampler batch", lo=1)
     score_batch_size: int = _f(64, help="samples per scorer batch (released scorer: 64)", lo=1)
     split: Literal["validation", "test"] = _f("test", help="split for conditional scores")
+    replicate_samplers: tuple[str, ...] = _f(
+        (), help="samplers a training-seed replicate (`replicate_of`) is evaluated on besides those its "
+        "run's trend checks compare (their training-seed spread is in the review)")
     group_by: Literal["run", "sampler"] = _f(
         "sampler", help="evaluation jobs: one per run (all its samplers in one process: small models, "
         "where start-up dominates) or one per (run, sampler) (large models on GPUs)")

@@ -62,7 +62,7 @@ def training_seed_runs(exp: Experiment, run: str) -> list[str]:
 
 def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
     """Every (run, sampler) the replication review reads: the figures', and for the trend checks and
-    the training-seed spread every sampler of a replicated run on each of its training seeds."""
+    the training-seed spread each sampler a replicate is evaluated on, on each training seed."""
     pairs: dict[tuple[str, str], None] = {}
     for figure_id in exp.figures:
         for pair in figure_pairs(exp, figure_id):
@@ -71,10 +71,10 @@ def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
         for name in training_seed_runs(exp, run):
             pairs.setdefault((name, sampler))
     for run in exp.runs:
-        if replicates_of(exp, run):
-            for sampler in run_samplers(exp, run):
-                for name in training_seed_runs(exp, run):
-                    pairs.setdefault((name, sampler))
+        for replicate in replicates_of(exp, run):
+            for sampler in run_samplers(exp, replicate):
+                pairs.setdefault((run, sampler))
+                pairs.setdefault((replicate, sampler))
     return list(pairs)
 
 
@@ -100,10 +100,14 @@ def _own_samplers(exp: Experiment, run: str) -> dict[str, None]:
 
 
 def run_samplers(exp: Experiment, run: str) -> list[str]:
-    """Samplers evaluated for ``run``: those its figures and trend checks need, in first-use order; a
-    replicate (``replicate_of``) is evaluated on its run's."""
+    """Samplers evaluated for ``run``: those its figures and trend checks need, in first-use order. A
+    replicate (``replicate_of``) is evaluated on those of its run that the run's trend checks compare
+    or ``evaluation.replicate_samplers`` names: where a training-seed spread is read."""
     parent = exp.run(run).replicate_of
-    return list(_own_samplers(exp, parent or run))
+    if parent is None:
+        return list(_own_samplers(exp, run))
+    wanted = {s for r, s in trend_pairs(exp) if r == parent} | set(exp.evaluation.replicate_samplers)
+    return [s for s in _own_samplers(exp, parent) if s in wanted]
 
 
 def evaluated_runs(exp: Experiment) -> list[str]:

@@ -116,6 +116,10 @@ def check_rules(exp: Experiment) -> None:
     _check_chains(runs)
     _check_replicates(exp, runs)
     _check_seeds(exp.evaluation.seeds)
+    for sampler in exp.evaluation.replicate_samplers:
+        if sampler not in exp.samplers:
+            raise ConfigError(f"config key 'evaluation.replicate_samplers': '{sampler}' is not defined "
+                              f"under 'samplers'; defined: {', '.join(exp.samplers)}")
     for fid in exp.figures:
         _check_figure(exp, fid, runs)
 

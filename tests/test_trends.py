@@ -21,9 +21,10 @@ def config(replicates: int = 2) -> dict:
         "encoders": {"main": {"source": "build"}},
         "run_defaults": {"dataset": "owt"},
         "runs": runs,
-        "samplers": {"few": {"method": "ode", "steps": 2}, "many": {"method": "ode", "steps": 8}},
+        "samplers": {"few": {"method": "ode", "steps": 2}, "many": {"method": "ode", "steps": 8},
+                     "mid": {"method": "ode", "steps": 4}},
         "evaluation": {"seeds": [0, 1, 2]},
-        "figures": {"F5c": {"kind": "figure", "title": "t", "runs": ["base"], "samplers": ["few"]}},
+        "figures": {"F5c": {"kind": "figure", "title": "t", "runs": ["base"], "samplers": ["few", "mid"]}},
         "trends": {"steps": {"claim": "more steps lower Gen. PPL", "lower": {"run": "base", "sampler": "many"},
                              "higher": {"run": "base", "sampler": "few"}},
                    "pd": {"claim": "student below teacher", "lower": {"run": "student", "sampler": "few"},
@@ -108,15 +109,28 @@ def test_missing_numbers_are_not_resolved_and_the_markdown_counts_verdicts():
     assert text.startswith("0 of 2 checks resolve") and "| more steps lower Gen. PPL |" in text
 
 
-def test_replicates_are_evaluated_on_their_runs_samplers_and_spread_is_tabulated():
+def test_replicates_are_evaluated_on_their_runs_compared_samplers_and_spread_is_tabulated():
     exp = parse_experiment(config())
-    assert plan.run_samplers(exp, "base_s0") == plan.run_samplers(exp, "base") == ["few", "many"]
+    assert plan.run_samplers(exp, "base") == ["few", "mid", "many"]
+    # a replicate: only what base's trend checks compare ("mid" is a figure's alone)
+    assert plan.run_samplers(exp, "base_s0") == ["few", "many"]
     assert plan.seeds_of(exp, "base_s1", "many") == (0, 1, 2)       # a trend pair: every seed
-    assert ("base_s1", "many") in plan.review_pairs(exp)
+    assert ("base_s1", "many") in plan.review_pairs(exp) and ("base_s1", "mid") not in plan.review_pairs(exp)
     values = {(r, s): (10.0 + i, 0.5) for i, (r, s) in enumerate(plan.review_pairs(exp))}
     text = seed_spread_markdown(frame(values), exp, metrics=("gen_ppl",))
     assert "Training seeds of `base`: base (seed 42), base_s0 (seed 100), base_s1 (seed 101)" in text
-    assert "| few | gen_ppl |" in text and "| many | gen_ppl |" in text
+    assert "| few | gen_ppl |" in text and "| many | gen_ppl |" in text and "| mid |" not in text
+
+
+def test_replicate_samplers_adds_samplers_to_the_replicates_and_must_exist():
+    cfg = config()
+    cfg["evaluation"]["replicate_samplers"] = ["mid"]
+    exp = parse_experiment(cfg)
+    assert plan.run_samplers(exp, "base_s1") == ["few", "mid", "many"]
+    assert ("base_s1", "mid") in plan.review_pairs(exp)
+    cfg["evaluation"]["replicate_samplers"] = ["nope"]
+    with pytest.raises(ConfigError, match="replicate_samplers.*'nope' is not defined"):
+        parse_experiment(cfg)
 
 
 @pytest.mark.parametrize("change, words", [

@@ -141,7 +141,7 @@ def seed_spread_markdown(frame: pd.DataFrame, exp: Experiment, metrics=("gen_ppl
         lines = [f"Training seeds of `{run}`: {', '.join(f'{r} (seed {exp.run(r).budget.seed})' for r in runs)}.",
                  "", "| Sampler | Metric | per training seed (± eval SE) | mean | training SD |",
                  "|---|---|---|---|---|"]
-        for sampler in plan.run_samplers(exp, run):
+        for sampler in plan.run_samplers(exp, runs[1]):   # those the replicates are evaluated on
             for metric in metrics:
                 rows = [frame[(frame["run"] == r) & (frame["sampler"] == sampler)] for r in runs]
                 if any(r.empty or metric not in r.columns for r in rows):
