@@ -130,5 +130,5 @@ def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progre
         for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
             rows = slice(start, start + batch_size)
             nll = target_nll(model, input_ids[rows].to(device), attention_mask[rows].to(device))
-            row_sums[rows] = (nll.double().cpu() * counted[rows]).sum(1)
+            row_sums[rows] = (nll.cpu().double() * counted[rows]).sum(1)  # (XLA: no f64 on TPU)
     return row_sums, counted.sum(1)
