@@ -19,6 +19,7 @@ Needs the embedded default's data, encoder and scorer (about 2 minutes):
         results/embeddings/owt/encoder/validation.zarr results/models/scorer
     python benchmarks/recipe.py --budget-s 300 recipe paper_noise noise_0.7 tiny_m
     python benchmarks/recipe.py --steps 500 'try:objective.noise_scale=0.7,model.size=tiny_m'
+    python benchmarks/recipe.py --from-json a.json b.json      # the tables of earlier runs again
 
 A candidate is a preset name (``PRESETS`` below, the ones the search tried) or
 ``name:key=value,...`` with dotted keys into the run's settings (``objective.noise_scale``,
@@ -61,7 +62,7 @@ PRESETS: dict[str, dict] = {
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("candidates", nargs="+", help="preset names or name:key=value,...")
+    p.add_argument("candidates", nargs="*", help="preset names or name:key=value,...")
     p.add_argument("--config", default="config/config.yaml")
     p.add_argument("--results", help="results root (default: the config's)")
     p.add_argument("--run", default="base", help="the config run every candidate overrides")
@@ -75,6 +76,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0, help="sampling / evaluation noise seed")
     p.add_argument("--json", help="also write every number to this JSON file")
+    p.add_argument("--from-json", nargs="+", metavar="JSON",
+                   help="train nothing: print the tables of earlier --json reports, each with its calibration")
     return p.parse_args()
 
 
@@ -261,6 +264,14 @@ def calibration(results: Path, tokenizer, scorer, n: int, seed: int) -> dict[str
 
 def main() -> None:
     args = parse_args()
+    if args.from_json:
+        for path in args.from_json:
+            report = json.loads(Path(path).read_text())
+            print(f"\n## {path}")
+            print_table(list(report["candidates"].items()), report["calibration"], args)
+        return
+    if not args.candidates:
+        raise SystemExit("name at least one candidate (or --from-json)")
     torch.set_num_threads(args.threads)
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import StoreSource
@@ -300,7 +311,7 @@ def main() -> None:
                        **text_metrics(texts, scorer))
         report["candidates"][name] = dict(overrides=overrides, sampler=sampler.__dict__, log=log,
                                           examples=texts[:3], **metrics)
-        rows.append((name, metrics))
+        rows.append((name, dict(metrics, log=log)))
         print(f"[{name}] {steps} steps, {seconds:.0f} s; e.g. {texts[0][:100]!r}", flush=True)
     print_table(rows, report["calibration"], args)
     if args.json:
@@ -323,6 +334,20 @@ def print_table(rows, calib, args) -> None:
         blank = " " * 8
         print(f"| {name:<24} |       |         | {blank} {'':{6 * len(TIMES) + len(TIMES) - 1}} | "
               f"{'':9} | {m['gen_ppl']:8.1f} | {m['entropy']:7.3f} | {m['repetition']:10.3f} |")
+    for name, m in rows:
+        print_trajectory(name, m.get("log", ()))
+
+
+def print_trajectory(name: str, log) -> None:
+    """The held-out L2 ratio per t over training (``--eval-every``), when the run recorded it."""
+    points = [(line["step"], line["heldout_ratio"]) for line in log if "heldout_ratio" in line]
+    if not points:
+        return
+    print(f"\n{name}: held-out L2 ratio over training (64 validation rows, EMA weights)\n")
+    print("| step | " + " | ".join(f"t={t}" for t in TIMES) + " |")
+    print("|" + "---|" * (len(TIMES) + 1))
+    for step, ratios in points:
+        print(f"| {step:5d} | " + " | ".join(f"{r:.3f}" for r in ratios) + " |")
 
 
 if __name__ == "__main__":

@@ -143,3 +143,16 @@ def code_version() -> str:
 def provenance(**fields: Any) -> dict:
     """A provenance record: the producing command, the code version and whatever the stage adds."""
     return {"command": " ".join(sys.argv), "code_version": code_version(), **fields}
+
+
+def recorded_path(path: str | os.PathLike, staged: str | None = None) -> str:
+    """The path to record for ``path`` in provenance. ``staged`` = ``"STAGING=FINAL"`` names a folder
+    being built under one name and moved to another when complete (``elf evaluate``): a path under
+    STAGING is recorded under FINAL, where a reader will find it."""
+    text = str(path)
+    if staged:
+        staging, _, final = staged.partition("=")
+        if text == staging or text.startswith(staging.rstrip("/") + "/"):
+            return final.rstrip("/") + text[len(staging.rstrip("/")):]
+    return text
+

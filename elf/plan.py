@@ -61,6 +61,15 @@ def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
     return list(pairs)
 
 
+def upstream_runs(exp: Experiment) -> list[str]:
+    """Trained runs that other runs wait on (distillation teachers and inits) and their replicates:
+    the DAG's critical path, which the workflow schedules first."""
+    needed = {ref for name in exp.runs for ref in (exp.run(name).teacher, exp.run(name).init_from) if ref}
+    needed = {run for run in needed if exp.run(run).kind == "train"}
+    return [name for name in exp.runs
+            if name in needed or exp.run(name).replicate_of in needed]
+
+
 def _own_samplers(exp: Experiment, run: str) -> dict[str, None]:
     seen: dict[str, None] = {}
     for figure_id in exp.figures:

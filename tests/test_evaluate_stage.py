@@ -5,6 +5,7 @@ failure keeping finished samplers, and refuses bad plans. The evaluation layout 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -68,6 +69,10 @@ def test_one_job_equals_the_stages_one_by_one(assets, tmp_path):
         assert ours["metrics"] == theirs["metrics"] and ours["per_sample"] == theirs["per_sample"]
     agg = read_json(out / "aggregates" / "sde3.json")
     assert agg["run"] == "base" and agg["sampler"] == "sde3"
+    # provenance names the files where they are now, not in the staging folder they were built in
+    for source in agg["provenance"]["scores"]:
+        assert ".partial" not in source["path"] and Path(source["path"]).is_file()
+        assert Path(read_json(source["path"])["provenance"]["samples"]).is_file()
     assert agg["metrics"]["gen_ppl"]["n"] == 2
     assert read_json(out / "aggregates" / "ode2.json")["metrics"]["gen_ppl"]["n"] == 1
 
@@ -144,3 +149,21 @@ def test_plan_groups_seeds_and_paths():
     assert str(plan.aggregate_path("E", by_run, "base", "b")) == "E/base/all/aggregates/b.json"
     assert str(plan.samples_file("E", by_sampler, "base", "b", 4)) == "E/base/b/samples/b/seed4.jsonl"
     assert plan.eval_dirs_of("E", by_run, plan.figure_pairs(by_run, "F2")) == ["E/base/all", "E/other/all"]
+
+
+def test_recorded_path_moves_only_paths_under_the_staging_folder():
+    from elf.io import recorded_path
+
+    assert recorded_path("a/b.partial/x/y.json", "a/b.partial=a/b") == "a/b/x/y.json"
+    assert recorded_path("a/b.partial", "a/b.partial=a/b") == "a/b"
+    assert recorded_path("a/b.partialx/y", "a/b.partial=a/b") == "a/b.partialx/y"
+    assert recorded_path("c/d.json", None) == "c/d.json"
+
+
+def test_upstream_runs_are_the_distillation_teachers_and_their_replicates():
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    exp = parse_experiment(yaml.safe_load((root / "config" / "config.yaml").read_text()))
+    # pd_r1..pd_r5 distil `base` (teacher and first init); the later inits are distill runs, not trained.
+    assert plan.upstream_runs(exp) == ["base", "base_seed1", "base_seed2"]

@@ -372,7 +372,7 @@ def test_stage_writes_everything_and_manifest_lists_it(setup):
             assert (out / folder / f"{figure_id}{suffix}").stat().st_size > 0
     manifest_text = (out / "all").read_text()
     produced = [p for p in out.rglob("*") if p.is_file() and p.name != "all"]
-    assert len(produced) == 2 * 3 + 3 * 4 + 2
+    assert len(produced) == 2 * 3 + 3 * 4 + 2 + 1  # + trends.md
     for path in produced:
         assert f"`{path.as_posix()}`" in manifest_text, path
     assert str(plan.aggregate_path(setup["aggregates"], setup["exp"], "R01", "ode64_w1")) in manifest_text

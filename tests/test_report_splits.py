@@ -106,7 +106,7 @@ def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     comparisons = review.compare(rows, points)
     assert set(comparisons[comparisons["src"] == "README"]["split"]) == {"validation"}
     assert set(comparisons[comparisons["src"] == "T1"]["split"]) == {"test"}
-    doc = review.build_review(comparisons, review.unmatched(points, comparisons), [], "paper",
+    doc = review.build_review(comparisons, review.unmatched(points, comparisons), "", "paper",
                               data=[dataset_layout(exp, name) for name in exp.datasets])
     text = review.to_markdown(doc)
     assert "## Data and splits" in text and "wmt (translation): source ≤ 64 + target 64 tokens" in text

@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from elf.cli import main
 from elf.config import ScorerSettings
 from elf.evaluate.entropy import text_entropy
+from elf.evaluate.repetition import repetition
 from elf.evaluate.genppl import GPT2_CONTEXT, gen_ppl
 from elf.evaluate.samples import read_samples, write_samples
 from elf.evaluate.scorer import (EOS_TOKEN, load_scorer, pack_documents, save_scorer,
@@ -122,7 +123,9 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
     assert score["provenance"]["metrics_settings"]["context"] == 32
     per_sample = score["per_sample"]
     assert [e["i"] for e in per_sample] == list(range(8))
-    assert per_sample[6] == {"i": 6, "gen_ppl": None, "entropy": None}  # the empty sample
+    assert per_sample[6] == {"i": 6, "gen_ppl": None, "entropy": None, "repetition": None}  # empty
+    assert per_sample[7]["repetition"] == pytest.approx(0.5)  # "the cat the cat ...": "the" is half
+    assert metrics["repetition"] == pytest.approx(repetition(texts)["repetition"])
     assert [e["gen_ppl"] for e in per_sample] == pytest.approx(expected["per_sample"], rel=1e-6)
     assert [e["entropy"] for e in per_sample] == pytest.approx(
         text_entropy(texts, tokenizer, max_length=32)["per_sample"])

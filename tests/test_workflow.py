@@ -85,7 +85,7 @@ def test_deleting_an_intermediate_rebuilds_only_it_and_dependents(ci_run):
 
 @pytest.mark.parametrize("module, expected", [
     ("elf/report/figures.py", {"figure", "table", "review", "manifest", "all"}),
-    ("elf/flow/samplers.py", {"evaluate", "figure", "table", "review", "manifest", "all"}),
+    ("elf/flow/samplers.py", {"evaluate", "trajectory", "figure", "table", "review", "manifest", "all"}),
 ])
 def test_editing_code_reruns_only_the_rules_that_run_it(ci_run, module, expected):
     _, configfile = ci_run

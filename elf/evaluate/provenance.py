@@ -419,7 +419,8 @@ class Tracer:
         return link
 
     def reference_texts(self, data: dict, named_by: str) -> Link:
-        from elf.evaluate.samples import SamplesFormatError, read_text_column, texts_sha256
+        from elf.data.tokenizer import load_tokenizer
+        from elf.evaluate.samples import SamplesFormatError, reference_texts, texts_sha256
 
         source = self.resolve(data.get("dataset", ""))
         link = Link("reference texts", str(source), recorded=data.get("texts_sha256"), named_by=named_by,
@@ -427,8 +428,11 @@ class Tracer:
         if not source.exists():
             link.fail(MISSING, f"reference dataset not found (named by {named_by})")
             return link
-        try:
-            texts, _ = read_text_column(source, (data.get("split") or "test",), data.get("n"))
+        try:  # rebuilt as the score stage built them: the text column, or rows cut like samples
+            ref = data.get("tokenizer")
+            tokenizer = None if not ref else load_tokenizer(ref if ref.startswith("hub:")
+                                                            else str(self.resolve(ref)))
+            texts, _, _ = reference_texts(source, data.get("split") or "test", data.get("n"), tokenizer)
         except (SamplesFormatError, OSError, ValueError) as err:
             link.fail(BROKEN, f"cannot read the reference texts: {err}")
             return link

@@ -110,6 +110,17 @@ def reference_rows(path: str, split: str, n: int, eos_id: int, pad_id: int) -> t
     return rows, split
 
 
+def reference_texts(path: str, split: str, n: int, tokenizer=None):
+    """Real text to score as a reference line: ``(texts, split, rows)``. With the dataset's
+    ``tokenizer``, its packed rows cut like samples (``reference_rows``) and decoded, and ``rows`` the
+    token ids; without, the ``text`` column and ``rows`` None."""
+    if tokenizer is None:
+        texts, split = read_text_column(path, (split,), n)
+        return texts, split, None
+    rows, split = reference_rows(path, split, n, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    return [tokenizer.decode(row, skip_special_tokens=True) for row in rows], split, rows
+
+
 def texts_sha256(texts: list[str]) -> str:
     """sha256 of a list of texts (each UTF-8 encoded and NUL-terminated): names scored real text."""
     digest = hashlib.sha256()

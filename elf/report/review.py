@@ -362,15 +362,22 @@ def to_html(doc: Document) -> str:
     return "\n".join(out) + "\n"
 
 
+TRENDS_FILE = "trends.md"  # the trend checks alone, for the README to quote
+
+
 def review_paths(out_dir: str | Path) -> list[Path]:
-    return [Path(out_dir) / "replication.md", Path(out_dir) / "replication.html"]
+    """The review's files: Markdown, HTML and its trend checks alone."""
+    return [Path(out_dir) / name for name in ("replication.md", "replication.html", TRENDS_FILE)]
 
 
-def write_review(doc: Document, out_dir: str | Path) -> list[Path]:
-    """Write ``replication.md`` and ``replication.html`` atomically."""
-    md_path, html_path = review_paths(out_dir)
+def write_review(doc: Document, out_dir: str | Path, trends: str | None = None) -> list[Path]:
+    """Write ``replication.md``, ``replication.html`` and (given) ``trends.md`` atomically."""
+    md_path, html_path, trends_path = review_paths(out_dir)
+    if trends is not None:
+        with atomic_path(trends_path) as tmp:
+            tmp.write_text(trends)
     with atomic_path(md_path) as tmp:
         tmp.write_text(to_markdown(doc))
     with atomic_path(html_path) as tmp:
         tmp.write_text(to_html(doc))
-    return [md_path, html_path]
+    return [md_path, html_path] + ([trends_path] if trends is not None else [])

@@ -19,7 +19,7 @@ from pathlib import Path
 from elf.cli import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
 from elf.artifacts import read_json
-from elf.io import provenance, sha256_file, write_json
+from elf.io import provenance, recorded_path, sha256_file, write_json
 
 
 def register(subparsers) -> None:
@@ -29,6 +29,8 @@ def register(subparsers) -> None:
     parser.add_argument("--run", required=True, help="run name (checked against the samples headers)")
     parser.add_argument("--sampler", required=True, help="sampler name (checked likewise)")
     parser.add_argument("--out", required=True, help="aggregate JSON to write")
+    parser.add_argument("--staged", metavar="STAGING=FINAL", help="the score files sit in a folder "
+                        "STAGING that moves to FINAL when complete: record their paths under FINAL")
     parser.set_defaults(func=run)
 
 
@@ -57,7 +59,7 @@ def run(args) -> None:
         if seed in metrics_by_seed:
             raise ElfError(f"--scores {path}: seed {seed} is given twice")
         metrics_by_seed[seed] = score["metrics"]
-        sources.append({"path": str(path), "sha256": sha256_file(path)})
+        sources.append({"path": recorded_path(path, args.staged), "sha256": sha256_file(path)})
         if "bleu_signature" in score["metrics"]:
             signatures.add(score["metrics"]["bleu_signature"])
     try:

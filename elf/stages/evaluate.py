@@ -120,12 +120,14 @@ def evaluate_sampler(args, plan: dict, name: str, entry: dict, staging: Path) ->
         sample += ["--decoder", args.decoder]
     run_stage(sample + (["--no-progress"] if args.no_progress else []))
     files = [str(samples / f"seed{s}.jsonl") for s in seeds]
+    staged = f"{staging}={args.out_dir}"  # the paths they will have once the folder moves into place
     score = ["score", "--samples", *files, "--task", plan["task"], "--run", plan["run"], "--sampler",
-             name, "--batch-size", str(plan["score_batch_size"]), "--out-dir", str(scores), *common]
+             name, "--batch-size", str(plan["score_batch_size"]), "--out-dir", str(scores),
+             "--staged", staged, *common]
     run_stage(score + (["--scorer", args.scorer] if args.scorer else []))
     aggregate = staging / "aggregates" / f"{name}.json"
     run_stage(["aggregate", "--scores", *[str(scores / f"seed{s}.json") for s in seeds],
-               "--run", plan["run"], "--sampler", name, "--out", str(aggregate)])
+               "--run", plan["run"], "--sampler", name, "--out", str(aggregate), "--staged", staged])
 
 
 def _drop_strays(staging: Path, samplers: set[str]) -> None:

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from elf import plan
 from elf.cli import ElfError
 from elf.config import ConfigError, Experiment, parse_experiment
-from elf.io import atomic_path, read_json, sha256_file, write_json
+from elf.io import read_json, sha256_file, write_json
 from elf.report import figures as figures_mod
 from elf.report import manifest, review, tables, trends
 from elf.report.loading import (RUN_METADATA_IDS, MissingInputError, all_pairs, dataset_layout,
@@ -168,18 +168,13 @@ def render_review(exp: Experiment, ids: list[str], args, out: Path) -> list[Path
     checks = review.configuration_checks(
         {i: runs_meta_of(exp, i, args) for i in ids if i in review.CHECKED_IDS}, paper_values)
     trend_text = trends_section(exp, args)
-    with atomic_path(out / TRENDS_FILE) as tmp:  # the section alone, for the README to quote
-        tmp.write_text(trend_text)
     doc = review.build_review(comparisons, review.unmatched(points, comparisons),
                               trend_text, exp.scale,
                               list(exp.unstated) + load_unstated(args.unstated_settings),
                               baseline_count=int(points["paper_run"].isna().sum()),
                               config_checks=checks,
                               data=[dataset_layout(exp, name) for name in exp.datasets])
-    return review.write_review(doc, out)
-
-
-TRENDS_FILE = "trends.md"
+    return review.write_review(doc, out, trend_text)
 
 
 def trends_section(exp: Experiment, args) -> str:

@@ -41,9 +41,8 @@ from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
 from elf.config import PRECISIONS
-from elf.evaluate.samples import (SamplesFormatError, read_samples, read_text_column, reference_rows,
-                                  texts_sha256)
-from elf.io import atomic_dir, provenance, sha256_file, sha256_json, write_json
+from elf.evaluate.samples import SamplesFormatError, read_samples, reference_texts, texts_sha256
+from elf.io import atomic_dir, provenance, recorded_path, sha256_file, sha256_json, write_json
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
 # `elf --help` imports every stage module.
@@ -71,6 +70,8 @@ def register(subparsers) -> None:
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="precision policy (elf/precision.py): bf16 loads the scorer's weights in "
                         "bf16, as the released scorer does")
+    parser.add_argument("--staged", metavar="STAGING=FINAL", help="the samples sit in a folder STAGING "
+                        "that moves to FINAL when complete: record their paths under FINAL")
     parser.add_argument("--n", type=int, default=1000, help="--reference-texts: rows scored")
     parser.add_argument("--split", default="test", help="--reference-texts: dataset split")
     parser.add_argument("--tokenizer", help="--reference-texts of a packed dataset: its tokenizer. "
@@ -115,26 +116,29 @@ def load_unconditional_scorer(args) -> tuple:
 
 
 def unconditional_metrics(texts: list[str], args, scorer) -> tuple[dict, dict, dict, list[dict]]:
-    """(metrics, metrics_settings, scorer provenance fields, per-sample values) for Gen. PPL and
-    entropy."""
+    """(metrics, metrics_settings, scorer provenance fields, per-sample values) for Gen. PPL,
+    entropy and repetition (the share of a sample's words its most frequent word takes)."""
     from elf.evaluate.entropy import text_entropy
     from elf.evaluate.genppl import gen_ppl, scoring_context
+    from elf.evaluate.repetition import repetition, top_word_share
 
     model, tokenizer, device = scorer
     context = scoring_context(model, args.max_length)
     ppl = gen_ppl(texts, model, tokenizer, batch_size=args.batch_size, device=device,
                   max_length=context)
     entropy = text_entropy(texts, tokenizer, max_length=context)  # the ids the scorer saw
-    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"], "n_samples": len(texts),
+    metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"],
+               "repetition": repetition(texts)["repetition"], "n_samples": len(texts),
                "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
     settings = {"batch_size": args.batch_size, "context": context,
                 "padding": "right, EOS, to the longest sample of the whole set",
                 "counted": "non-EOS targets from position 1 plus each row's first EOS",
                 "dropped": "samples empty after strip() (Gen. PPL and entropy)",
                 "scorer_dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
-                "device": str(device), "entropy_tokens": "scorer tokenizer, truncated at context, nats"}
-    per_sample = [{"gen_ppl": p, "entropy": h}
-                  for p, h in zip(ppl["per_sample"], entropy["per_sample"])]
+                "device": str(device), "entropy_tokens": "scorer tokenizer, truncated at context, nats",
+                "repetition": "most frequent word's share of a sample's words, mean over samples"}
+    per_sample = [{"gen_ppl": p, "entropy": h, "repetition": top_word_share(text)}
+                  for p, h, text in zip(ppl["per_sample"], entropy["per_sample"], texts)]
     return (metrics, settings, {"scorer": str(args.scorer), **scorer_fingerprint(args.scorer, model)},
             per_sample)
 
@@ -215,7 +219,7 @@ def score_record(path: str, samples_header: dict, rows: list[dict], args, scorer
             [row["text"] for row in rows], args, scorer)
     else:
         metrics, settings, per_sample = conditional_metrics(rows, args.task)
-    record = provenance(samples=str(path), samples_sha256=sha256_file(path),
+    record = provenance(samples=recorded_path(path, args.staged), samples_sha256=sha256_file(path),
                         task=args.task, metrics_settings=settings, **scorer_fields)
     return {"provenance": record, "samples_provenance": samples_header,
             "metrics": finite_or_none(metrics),
@@ -228,15 +232,9 @@ def run_reference(args) -> None:
     ``--tokenizer``, its rows post-processed as samples are, and the calibration lines."""
     if args.task != "unconditional":
         raise ElfError("--reference-texts scores Gen. PPL and entropy: use --task unconditional")
-    tokenizer, rows = None, None
+    tokenizer = load_tokenizer_or_fail(args.tokenizer) if args.tokenizer else None
     try:
-        if args.tokenizer:
-            tokenizer = load_tokenizer_or_fail(args.tokenizer)
-            rows, split = reference_rows(args.reference_texts, args.split, args.n, tokenizer.eos_token_id,
-                                         tokenizer.pad_token_id)
-            texts = [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
-        else:
-            texts, split = read_text_column(args.reference_texts, (args.split,), args.n)
+        texts, split, rows = reference_texts(args.reference_texts, args.split, args.n, tokenizer)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--reference-texts: {err}") from err
     if not texts:
@@ -245,7 +243,8 @@ def run_reference(args) -> None:
     metrics, settings, scorer_fields, _ = unconditional_metrics(texts, args, scorer)
     data = {"kind": "reference_texts", "dataset": str(args.reference_texts), "split": split,
             "n": len(texts), "texts_sha256": texts_sha256(texts),
-            "rows": "token ids cut at the first EOS, as samples" if rows else "text column"}
+            "rows": "token ids cut at the first EOS, as samples" if rows else "text column",
+            "tokenizer": args.tokenizer}
     record = provenance(reference_texts=data, task=args.task, metrics_settings=settings, **scorer_fields)
     result = {"provenance": record, "samples_provenance": data, "metrics": finite_or_none(metrics)}
     if rows is not None:

@@ -65,6 +65,14 @@ def runs_of_kind(kind):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
+UPSTREAM_RUNS = set(plan.upstream_runs(EXP))
+
+
+def train_priority(wildcards):
+    """The runs others wait on (distillation teachers, their replicates) train first: the critical path."""
+    return 50 if wildcards.run in UPSTREAM_RUNS else 0
+
+
 # Every run name: keeps R/scores/_dataset/... out of the per-run rules' wildcards.
 ANY_RUN = "|".join(re.escape(n) for n in EXP.runs) or "(?!)"
 

@@ -9,6 +9,7 @@ rule distill:
     """One distillation round of the experiment matrix."""
     conda:
         ENV
+    priority: 50  # the rounds are a chain: the critical path
     input:
         code("model.py", "precision.py", "flow/paths.py", "flow/objective.py", "flow/distill.py", "train",
              "embed/reader.py", "stages/train.py", "stages/distill.py"),

@@ -5,6 +5,7 @@ rule train:
     """Train one run of the experiment matrix."""
     conda:
         ENV
+    priority: train_priority
     input:
         unpack(train_data),
         code("model.py", "precision.py", "flow/__init__.py", "flow/paths.py", "flow/objective.py", "train",
