@@ -1,18 +1,13 @@
 """Training runs of the XLA tests that need a process of their own (tests/test_xla_train.py):
 
     python tests/xla_worker.py train OUT [--hold-at K]   # the tiny run on XLA; K: wait there to be killed
-    python tests/xla_worker.py parallel OUT              # the same, one replica per XLA device
 
-``parallel`` must start the XLA runtime itself (``elf.device.launch``), so this module does not
-import tests.xla_util, which starts it at import. ``tiny_xla_run`` and ``train_tiny`` are the
-tests' own runs too."""
+``tiny_xla_run`` and ``train_tiny`` are the tests' own runs too."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import threading
 import time
 from pathlib import Path
 
@@ -21,8 +16,6 @@ import torch
 from elf.flow.objective import draw_step
 from elf.train.loop import train
 from tests.helpers import TensorBatches, tiny_data, tiny_model, tiny_run
-
-_INIT = threading.Lock()  # tiny_model seeds the process-wide RNG; replicas may be threads
 
 
 def tiny_xla_run(checkpoint_every: int = 1000):
@@ -42,15 +35,13 @@ def decode_rows_per_step(run) -> list[int]:
             for _ in range(run.budget.steps)]
 
 
-def train_tiny(out, device, run=None, *, rank=0, world_size=1, crash=None, monitor=None) -> None:
+def train_tiny(out, device, run=None, *, crash=None, monitor=None) -> None:
     run = run or tiny_xla_run()
-    with _INIT:
-        model = tiny_model()
+    model = tiny_model()
     meta = {"model": dataclasses.asdict(model.cfg), "steps": run.budget.steps}
-    train(model, run, TensorBatches(tiny_data(8), run.budget.batch_size, rank=rank,
-                                    world_size=world_size), out, meta,
-          loss_covers_padding=False, seq_shape=(12, 16), rank=rank, world_size=world_size,
-          progress=False, device=device, crash_after_step=crash, monitor=monitor)
+    train(model, run, TensorBatches(tiny_data(8), run.budget.batch_size), out, meta,
+          loss_covers_padding=False, seq_shape=(12, 16), progress=False, device=device,
+          crash_after_step=crash, monitor=monitor)
 
 
 def _hold(out: Path, at: int):
@@ -62,31 +53,17 @@ def _hold(out: Path, at: int):
     return monitor
 
 
-def _replica(index: int, out: Path) -> None:
-    from elf.device import replica
-
-    rank, world_size, device = replica()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"replica{rank}.json").write_text(json.dumps([index, world_size]))
-    train_tiny(out, device, rank=rank, world_size=world_size)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("train", "parallel"))
+    parser.add_argument("mode", choices=("train",))
     parser.add_argument("out", type=Path)
     parser.add_argument("--hold-at", type=int)
     args = parser.parse_args()
-    if args.mode == "train":
-        from elf.device import resolve
+    from elf.device import resolve
 
-        args.out.mkdir(parents=True, exist_ok=True)
-        monitor = _hold(args.out, args.hold_at) if args.hold_at else None
-        train_tiny(args.out, resolve("xla"), tiny_xla_run(checkpoint_every=5), monitor=monitor)
-        return
-    from elf.device import launch
-
-    launch(_replica, (args.out,))
+    args.out.mkdir(parents=True, exist_ok=True)
+    monitor = _hold(args.out, args.hold_at) if args.hold_at else None
+    train_tiny(args.out, resolve("xla"), tiny_xla_run(checkpoint_every=5), monitor=monitor)
 
 
 if __name__ == "__main__":
