@@ -3,6 +3,7 @@ loss and gradients as the row-selecting steps the CPU and CUDA take. The XLA dev
 in tests/test_xla_*.py (the TPU venv, .ci/tpu.sh)."""
 
 import importlib.util
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from tests.helpers import tiny_model
 from tests.test_fast_paths import gen, step_inputs
 
 HAS_XLA = importlib.util.find_spec("torch_xla") is not None
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_auto_is_elf_device_when_set(monkeypatch):
@@ -101,3 +103,25 @@ def test_static_distill_step_gives_the_same_loss_and_gradients(conditional):
     _assert_same_step(static, selecting, g_static, g_selecting)
     for key in ("sc_half", "target"):
         torch.testing.assert_close(static.parts[key], selecting.parts[key], rtol=1e-6, atol=1e-7)
+
+
+def _pip_pins(name):
+    import yaml
+
+    env = yaml.safe_load((ROOT / name).read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    return dict(line.replace("[tpu]", "").split("==") for line in pip if "==" in line)
+
+
+def test_the_tpu_environment_pins_the_torch_xla_pair_and_otherwise_the_main_pins():
+    tpu, main = _pip_pins("environment-tpu.yml"), _pip_pins("environment.yml")
+    assert tpu.pop("torch") == tpu.pop("torch-xla") == "2.9.0"
+    main.pop("torch")
+    assert tpu == main
+
+
+def test_ci_runs_the_xla_tests_after_the_main_suite():
+    run = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert run[-1] == ".ci/tpu.sh" and (ROOT / ".ci" / "tpu.sh").stat().st_mode & 0o111
+    script = (ROOT / ".ci" / "tpu.sh").read_text()
+    assert "PJRT_DEVICE=CPU" in script and "tests/test_xla_train.py" in script
