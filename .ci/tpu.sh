@@ -2,7 +2,7 @@
 # CI for the TPU path (issue 18): the TPU environment's torch/torch-xla pair (environment-tpu.yml) in a
 # venv of its own, then the focused XLA tests on torch_xla's CPU device (PJRT_DEVICE=CPU; no TPU here).
 # Measured here: the venv from a clean pip cache, from PyPI (the CPU index was unreachable), 12.4 min;
-# the tests ~25 min on 2 shared cores.
+# the XLA tests about 18 min on 2 cores shared with other jobs (train + sample 9.9 min, DAG 7.4 min).
 # torch 2.9.0 comes from PyTorch's CPU wheel index when it is reachable (+cpu, ~200 MB), else from PyPI
 # (the CUDA build, ~3 GB of nvidia-* wheels that are never loaded). The pip list is environment-tpu.yml's,
 # with torch-xla without its [tpu] extra (libtpu is of no use on the CPU device).

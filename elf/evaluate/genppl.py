@@ -73,7 +73,7 @@ def scored_texts(texts: Sequence[str]) -> list[int]:
     return [i for i, text in enumerate(texts) if text.strip()]
 
 
-@torch.inference_mode()
+@torch.no_grad()  # (not inference_mode: torch_xla cannot run GPT-2 on inference tensors)
 def target_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, T−1) fp32 NLL of token t+1 given tokens ≤ t, for every position of a padded batch; the
     forward runs in the model's own dtype (bf16 weights under the bf16 policy)."""
