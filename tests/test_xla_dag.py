@@ -27,7 +27,8 @@ CPU_ENV = {"ELF_DEVICE": "cpu"}
 
 
 def snakemake(configfile, *targets, env):
-    proc = subprocess.run(["snakemake", "--cores", "2", "--configfile", str(configfile), *targets],
+    proc = subprocess.run(["snakemake", *map(str, targets), "--cores", "2", "--configfile",
+                           str(configfile)],
                           cwd=ROOT, capture_output=True, text=True, timeout=1800,
                           env={**os.environ, **env})
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -82,14 +83,16 @@ def test_training_and_distillation_ran_on_xla_and_compiled_only_at_their_first_s
 def test_sampling_and_scoring_ran_on_xla(chain):
     log = chain / "logs/evaluate/base/all.log"
     counts = compile_counts(log)
-    print(f"evaluate (2 samplers x 2 seeds, then Gen. PPL): {len(counts)} XLA graphs run, "
+    print(f"evaluate (2 samplers, then Gen. PPL): {len(counts)} XLA graphs run, "
           f"{counts[-1]} compiled")
     assert counts and counts[-1] < len(counts)  # graphs are reused across steps, seeds and samplers
     for sampler in ("ode16_w1", "sde8"):
-        for seed in (0, 1):
-            header, *rows = (chain / f"evals/base/all/samples/{sampler}/seed{seed}.jsonl").read_text().splitlines()
+        files = sorted((chain / f"evals/base/all/samples/{sampler}").glob("seed*.jsonl"))
+        assert files, sampler
+        for path in files:
+            header, *rows = path.read_text().splitlines()
             assert len(rows) == 8 and json.loads(header)["provenance"]["sampler"] == sampler
-            score = json.loads((chain / f"evals/base/all/scores/{sampler}/seed{seed}.json").read_text())
+            score = json.loads((chain / f"evals/base/all/scores/{sampler}/{path.stem}.json").read_text())
             assert score["metrics"]["n_samples"] + score["metrics"]["n_empty"] == 8
         aggregate = json.loads((chain / f"evals/base/all/aggregates/{sampler}.json").read_text())
         assert aggregate
@@ -120,5 +123,5 @@ def test_embedding_on_xla_equals_embedding_on_the_cpu(chain, tmp_path):
     elf(*args, "--device", "cpu", "--out", tmp_path / "cpu.zarr", env=CPU_ENV)
     stores = [open_store(tmp_path / f"{d}.zarr") for d in ("xla", "cpu")]
     xla, cpu = (from_storage(s.read_rows(0, len(s))["embeddings"], "float16") for s in stores)
-    assert xla.shape == cpu.shape and len(stores[0]) == 40
+    assert xla.shape == cpu.shape and len(stores[0]) == len(stores[1]) > 0
     np.testing.assert_allclose(xla.numpy(), cpu.numpy(), rtol=2e-3, atol=2e-3)  # float16 storage
