@@ -3,7 +3,7 @@
 Every import of every ``elf`` module is read (module level and inside functions, ``ast.walk``), and
 one from a lower layer to a higher one fails, naming both. The layer map, bottom to top:
 
-    base      config, typed, schema, validate, io, errors, hub, precision, runtime, artifacts, plan:
+    base      config, typed, schema, validate, io, errors, hub, precision, runtime, device, artifacts, plan:
               what every layer shares (settings, file output, the stage contracts, the DAG's plan)
     data      corpora, tokenizers, packing
     embed     encoders, embedding stores, batch readers
@@ -23,7 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("base", ("elf", "elf.config", "elf.typed", "elf.schema", "elf.validate", "elf.io", "elf.errors",
-              "elf.hub", "elf.precision", "elf.runtime", "elf.artifacts", "elf.plan")),
+              "elf.hub", "elf.precision", "elf.runtime", "elf.device", "elf.artifacts", "elf.plan")),
     ("data", ("elf.data",)),
     ("embed", ("elf.embed",)),
     ("train", ("elf.model", "elf.flow", "elf.decoder", "elf.train")),

@@ -29,6 +29,7 @@ from elf.artifacts.names import RUN_EMBEDDING, RUN_MODEL, RUN_SETTINGS, TOKENS_F
 from elf.artifacts.records import token_record
 from elf.cli import ElfError
 from elf.stages.args import TrainSettings, parse_train_settings
+from elf.stages.train import add_device_arg, on_replicas
 
 
 def register(sub) -> None:
@@ -43,6 +44,7 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (vocabulary check)")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arg(p)
     p.set_defaults(func=run)
 
 
@@ -97,13 +99,17 @@ def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
 # --------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
+    on_replicas(_run, args)
+
+
+def _run(args) -> None:
     distill_round(parse_train_settings(args.settings), teacher=Path(args.teacher), init=Path(args.init),
                   store_path=args.store, tokenizer_ref=args.tokenizer, out=Path(args.out),
-                  progress=not args.no_progress)
+                  progress=not args.no_progress, device_name=args.device)
 
 
 def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_path: str,
-                  tokenizer_ref: str, out: Path, progress: bool) -> None:
+                  tokenizer_ref: str, out: Path, progress: bool, device_name: str = "auto") -> None:
     """Load the teacher and the student's init, train the student, write its run directory and
     ``tokens.json``."""
     import torch
@@ -130,7 +136,7 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
     store = open_store(store_path)
     vocab = len(load_tokenizer(tokenizer_ref))
     check_tokenizer(tokenizer_ref, store.identity.get(STORE_TOKENIZER), f"store {store_path}")
-    rank, world_size, device = init_distributed()
+    rank, world_size, device = init_distributed(device_name)
     teacher_net, teacher_meta = _load(teacher, "teacher")
     student, init_meta = _load(init, "init")
     shape = dict(d=store.dim, seq_len=store.seq_len, vocab=vocab, embedding=to_dict(emb_s))
@@ -152,7 +158,8 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
         "teacher": str(teacher), "teacher_sha256": checkpoint_sha256(teacher),
         "init": str(init), "init_sha256": checkpoint_sha256(init)})
     objective, rounds = run_s.objective, run_s.distill
-    teacher_forward = torch.compile(teacher_net) if b.compile else teacher_net
+    static = device.type == "xla"
+    teacher_forward = torch.compile(teacher_net) if b.compile and not static else teacher_net
     covers_padding = data_s.task != "unconditional"
 
     def draw_fn(global_shape, generator):
@@ -162,7 +169,8 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
         return distill_step(net, teacher_forward, batch, draws, objective,
                             student_prediction=run_s.model.prediction,
                             teacher_prediction=_prediction(teacher_meta),
-                            loss_covers_padding=covers_padding, batch_rows=b.batch_size)
+                            loss_covers_padding=covers_padding, batch_rows=b.batch_size,
+                            static_shapes=static)
 
     with output_lock(out, enabled=rank == 0):
         train(student, run_s, batches, out, meta, loss_covers_padding=covers_padding,

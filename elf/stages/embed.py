@@ -31,7 +31,7 @@ from pathlib import Path
 
 from elf.artifacts.names import (ENCODER_WEIGHT_FILES, ENCODER_WEIGHTS_SHA256, PROVENANCE, STORE_ENCODER,
                                  STORE_SOURCE, STORE_TOKENIZER, TOKENIZER_SHA256)
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
 from elf.config import EmbeddingSettings, to_dict
 from elf.io import provenance, sha256_file, sha256_json
 from elf.stages.args import parse_settings
@@ -55,7 +55,8 @@ def register(subparsers) -> None:
     parser.add_argument("--finalize", action="store_true",
                         help="after all --shard jobs: check, write statistics, checksum and marker")
     parser.add_argument("--batch-size", type=int, default=64, help="sequences per encoder call")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, cuda, xla, or auto ($ELF_DEVICE if set, else cuda when available)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gaussian kind's table")
     parser.add_argument("--vocab-size", type=int,
                         help="rows of the embedding table (default: the encoder config's vocab_size)")
@@ -84,7 +85,8 @@ def run(args) -> None:
                        "so training embeds on the fly; there is no store to write for it")
     written = embed_split(settings, encoder=args.encoder, tokens_dir=args.tokens, split=args.split,
                           store=args.work or args.out, tokenizer=args.tokenizer, seed=args.seed,
-                          vocab_size=args.vocab_size, batch_size=args.batch_size, device=args.device,
+                          vocab_size=args.vocab_size, batch_size=args.batch_size,
+                          device=resolve_device(args.device),
                           shard=args.shard, num_shards=args.num_shards,
                           layout_options=dict(chunk_sequences=args.chunk_sequences,
                                               block_sequences=args.block_sequences,
@@ -98,7 +100,7 @@ def run(args) -> None:
 
 
 def embed_split(settings: EmbeddingSettings, *, encoder: str, tokens_dir: str, split: str, store: str,
-                tokenizer: str | None, seed: int, vocab_size: int | None, batch_size: int, device: str,
+                tokenizer: str | None, seed: int, vocab_size: int | None, batch_size: int, device,
                 shard: int | None, num_shards: int | None, layout_options: dict, shown_as: str) -> int:
     """Create (or reopen) the store and write its blocks (those of ``shard``); returns how many."""
     # zarr / torch are imported here, not at module level, so `elf --help` stays fast

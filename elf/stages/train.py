@@ -5,7 +5,8 @@ embedding ``--tokens`` (the packed token dataset, embedded per batch; kind ``lea
 table trained with the network, ``elf.train.learned.py``, as wide as ``--encoder``), and the
 tokenizer (for the vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``,
 ``train_log.jsonl`` and, while running, ``resume/`` (a rerun of a killed job continues from it).
-Under ``torchrun`` it trains with DDP on every process of the job:
+Under ``torchrun`` it trains with DDP on every process of the job; with ``--device xla`` (or
+``ELF_DEVICE=xla``) on one replica per XLA device, which it starts itself (``elf.device``):
 
     elf train --settings "$(elf settings --config config/config.yaml --run base)" \
         --store results/embeddings/owt/encoder/train.zarr --tokenizer results/models/tokenizer \
@@ -15,6 +16,7 @@ Under ``torchrun`` it trains with DDP on every process of the job:
 from __future__ import annotations
 
 import argparse
+import threading
 from pathlib import Path
 
 from elf.cli import ElfError
@@ -34,17 +36,50 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (vocabulary size)")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arg(p)
     p.set_defaults(func=run)
 
 
+# torch.manual_seed is process-wide, and XLA replicas on the CPU backend are threads of one process
+_SEEDED_INIT = threading.Lock()
+
+
+def add_device_arg(p) -> None:
+    """``--device`` of the training stages (``train``, ``distill``)."""
+    p.add_argument("--device", default="auto",
+                   help="auto ($ELF_DEVICE if set, else cuda when available, else cpu), cpu, cuda, "
+                   "or xla: data parallel over every XLA device of the host (torch_xla)")
+
+
+def on_replicas(stage_run, args) -> None:
+    """Run ``stage_run(args)`` here, or on xla once per XLA device (``elf.device.launch``)."""
+    from elf.device import DeviceError, launch, wants_xla
+
+    if not wants_xla(args.device):
+        stage_run(args)
+        return
+    try:
+        launch(_replica, (stage_run, args))
+    except DeviceError as err:
+        raise ElfError(f"--device {args.device}: {err}") from err
+
+
+def _replica(index: int, stage_run, args) -> None:
+    stage_run(args)
+
+
 def run(args) -> None:
+    on_replicas(_run, args)
+
+
+def _run(args) -> None:
     train_run(parse_train_settings(args.settings), store=args.store, tokens=args.tokens,
               encoder=args.encoder, tokenizer_ref=args.tokenizer, out=Path(args.out),
-              progress=not args.no_progress)
+              progress=not args.no_progress, device_name=args.device)
 
 
 def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None, encoder: str | None,
-              tokenizer_ref: str, out: Path, progress: bool) -> None:
+              tokenizer_ref: str, out: Path, progress: bool, device_name: str = "auto") -> None:
     """Build the run's network and data, train it, write the run directory."""
     import torch
 
@@ -74,11 +109,13 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
                            conditioning=run_s.model.conditioning, decode_head=run_s.model.decode_head)
     except KeyError as err:
         raise ElfError(str(err)) from err
-    rank, world_size, device = init_distributed()
-    torch.manual_seed(run_s.budget.seed)  # model initialisation
-    model = ELF(cfg)
+    rank, world_size, device = init_distributed(device_name)
+    with _SEEDED_INIT:
+        torch.manual_seed(run_s.budget.seed)  # model initialisation
+        model = ELF(cfg)
     covers_padding = data_s.task != "unconditional"
-    step_fn, after_step, table_meta = learned_table(model, run_s, emb_s, covers_padding)
+    step_fn, after_step, table_meta = learned_table(model, run_s, emb_s, covers_padding,
+                                                    static_shapes=device.type == "xla")
     b = run_s.budget
     batches = ShuffledBatches(source, b.batch_size // b.grad_accum, seed=b.seed, rank=rank,
                               world_size=world_size, normalization=emb_s.normalization,
@@ -108,7 +145,8 @@ def recorded_tokenizer(source, *, store: str | None, tokens: str | None) -> tupl
     return tokens_tokenizer(tokens), f"tokens {tokens}"
 
 
-def learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
+def learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool,
+                  static_shapes: bool = False):
     """Kind ``learned`` (R10): the table tied to the unembedding, seeded, its training step and
     renormalisation (``elf.train.learned``); (None, None, None) for every other kind."""
     if emb_s.kind != "learned":
@@ -119,7 +157,8 @@ def learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_pa
     table.init_(run_s.budget.seed)
     meta = {"tied_to": "unembed_kernel", "row_rms": table.rms, "init_seed": run_s.budget.seed,
             "renormalised": "every optimiser step", "gradient_through_target": True}
-    return learned_step(table, run_s, covers_padding), table.renormalise_, meta
+    return learned_step(table, run_s, covers_padding, static_shapes=static_shapes), \
+        table.renormalise_, meta
 
 
 def batch_source(emb_s: EmbeddingSettings, vocab_size: int, *, store: str | None, tokens: str | None,

@@ -1,6 +1,7 @@
 # Config validation, the output roots, code() and the report registration; every path, input function
 # and setting of the rules is elf/plan.py's (PLAN.<name>, unit-tested in tests/test_plan.py).
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -52,6 +53,7 @@ def code(*modules):
         ELF / "errors.py",
         ELF / "config.py",
         ELF / "typed.py",
+        ELF / "device.py",
         ELF / "io.py",
         *sorted((ELF / "artifacts").glob("*.py")),
     ]
@@ -77,8 +79,14 @@ def launcher(resources):
 
 
 def embed_device(resources):
-    """The job's GPU when it holds one (profile resource `gpu`) and CUDA is visible, else the CPU."""
-    return "$(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo cpu)" if resources.get("gpu", 0) else "cpu"
+    """The job's GPU when it holds one (profile resource `gpu`) and CUDA is visible, else `$ELF_DEVICE`
+    when set (xla on a TPU VM: docs/cluster.md), else the CPU."""
+    other = os.environ.get("ELF_DEVICE") or "cpu"
+    return (
+        f"$(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo {other})"
+        if resources.get("gpu", 0)
+        else other
+    )
 
 
 # ---- Snakemake's HTML report: one category per paper section, a caption per figure ----
