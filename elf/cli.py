@@ -21,12 +21,14 @@ class ElfError(Exception):
 
 
 def resolve_device(name: str):
-    """A stage's ``--device``: ``auto`` → CUDA when available, else CPU (a ``torch.device``)."""
-    import torch
+    """A stage's ``--device`` as a ``torch.device`` (``elf.device.resolve``: ``auto`` → ``$ELF_DEVICE``,
+    else CUDA when available, else CPU; ``xla`` through torch_xla); an unavailable one is an ElfError."""
+    from elf.device import DeviceError, resolve
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        return resolve(name)
+    except DeviceError as err:
+        raise ElfError(f"--device {name}: {err}") from err
 
 
 def build_parser(stages: tuple[str, ...] = STAGES) -> argparse.ArgumentParser:

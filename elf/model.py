@@ -149,7 +149,8 @@ def rope_tables(length: int, head_dim: int, theta: float, device, n_skip: int = 
 class RopeCache:
     """``rope_tables`` built once per (length, device): they depend on nothing else. Under
     torch.compile they are built inside the graph instead (constants to the compiler; a cache
-    filled while tracing would be a side effect, and ``cis`` a complex op inductor cannot lower)."""
+    filled while tracing would be a side effect, and ``cis`` a complex op inductor cannot lower).
+    On XLA they are cached without ``cis`` (``apply_rope`` uses the real formula there)."""
 
     def __init__(self, head_dim: int, theta: float, n_skip: int):
         self.head_dim, self.theta, self.n_skip = head_dim, theta, n_skip
@@ -160,7 +161,8 @@ class RopeCache:
             return rope_tables(length, self.head_dim, self.theta, device, self.n_skip, False)
         key = (length, torch.device(device))
         if key not in self.tables:
-            self.tables[key] = rope_tables(length, self.head_dim, self.theta, device, self.n_skip)
+            self.tables[key] = rope_tables(length, self.head_dim, self.theta, device, self.n_skip,
+                                           with_cis=key[1].type != "xla")
         return self.tables[key]
 
 
@@ -170,9 +172,10 @@ def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
 
     Eager: one complex product (e + i·o)·cis, which on CPU forms the same rounded products and sums
     as the real formula (bit-identical, forward and backward) in one pass instead of eight; under
-    torch.compile the real formula, which inductor fuses (it does not lower complex ops)."""
+    torch.compile and on XLA the real formula, which the compiler fuses (inductor does not lower
+    complex ops)."""
     pairs = x.float().unflatten(-1, (-1, 2))
-    if torch.compiler.is_compiling():
+    if rope.cis is None:
         e, o = pairs[..., 0], pairs[..., 1]
         rotated = torch.stack([e * rope.cos - o * rope.sin, e * rope.sin + o * rope.cos], dim=-1)
     else:

@@ -97,14 +97,15 @@ def target_gradient(out: StepOutput, x0: torch.Tensor, draws: StepDraws, s: Obje
 
 
 def learned_step(table: TiedTable, run: RunSettings, loss_covers_padding: bool,
-                 through_target: bool = True):
+                 through_target: bool = True, static_shapes: bool = False):
     """The ``step_fn`` of ``elf.train.loop.train`` for a learned table: embed the token-only batch
-    with the table, run spec §4's ``training_step`` and (``through_target``) add ``target_gradient``."""
+    with the table, run spec §4's ``training_step`` and (``through_target``) add ``target_gradient``.
+    ``static_shapes``: ``training_step``'s (XLA)."""
     def step(net, batch: dict, draws: StepDraws, denominator: torch.Tensor | None) -> StepOutput:
         batch = table.with_embeddings(batch)
         out = training_step(net, batch, draws, run.objective, prediction=run.model.prediction,
                             loss_covers_padding=loss_covers_padding, denominator=denominator,
-                            first_pass_all_rows=False)
+                            first_pass_all_rows=False, static_shapes=static_shapes)
         if not through_target:
             return out
         x0 = clean_embeddings(batch, draws.label_drop)

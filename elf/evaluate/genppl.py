@@ -73,7 +73,7 @@ def scored_texts(texts: Sequence[str]) -> list[int]:
     return [i for i, text in enumerate(texts) if text.strip()]
 
 
-@torch.inference_mode()
+@torch.no_grad()  # (not inference_mode: torch_xla cannot run GPT-2 on inference tensors)
 def target_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """(B, T−1) fp32 NLL of token t+1 given tokens ≤ t, for every position of a padded batch; the
     forward runs in the model's own dtype (bf16 weights under the bf16 policy)."""
@@ -130,5 +130,5 @@ def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progre
         for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
             rows = slice(start, start + batch_size)
             nll = target_nll(model, input_ids[rows].to(device), attention_mask[rows].to(device))
-            row_sums[rows] = (nll.double().cpu() * counted[rows]).sum(1)
+            row_sums[rows] = (nll.cpu().double() * counted[rows]).sum(1)  # (XLA: no f64 on TPU)
     return row_sums, counted.sum(1)

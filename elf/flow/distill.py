@@ -46,7 +46,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from elf.config import DistillSettings, ObjectiveSettings
-from elf.flow.objective import StepOutput, clean_embeddings, decode_cross_entropy, loss_mask
+from elf.flow.objective import (StepOutput, clean_embeddings, decode_cross_entropy, keep_decode_rows,
+                                loss_mask, static_decode_rows)
 from elf.flow.paths import interpolate, logit_normal, sc_cfg_scale, velocity, x_from_output
 
 SMALL_SPAN = 1e-3  # below this span the target is the teacher's last sub-step x̂ (spec §7)
@@ -163,12 +164,15 @@ def per_example_loss(ce_per_token: torch.Tensor, mse_per_token: torch.Tensor,
 
 def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: ObjectiveSettings, *,
                  student_prediction: str = "x", teacher_prediction: str = "x",
-                 loss_covers_padding: bool = False, batch_rows: int | None = None) -> StepOutput:
+                 loss_covers_padding: bool = False, batch_rows: int | None = None,
+                 static_shapes: bool = False) -> StepOutput:
     """The ELF+PD loss of spec §7 on one batch, given the step's draws (see module docstring).
 
     ``batch_rows``: the global batch's number of examples when this batch is one micro-batch or
     rank's slice of it (the loop), so that the slices' summed losses equal the whole batch's.
-    ``sums`` as ``per_example_loss``'s."""
+    ``sums`` as ``per_example_loss``'s. ``static_shapes=True`` (XLA): no rows selected by value, the
+    teacher runs on every row (its results kept on distillation rows by ``torch.where``) and the
+    decode head as in ``training_step(static_shapes=True)``; the same loss and gradients."""
     src = batch["cond_seq_mask"][..., None] > 0                            # (B, L, 1)
     x0 = clean_embeddings(batch, draws.label_drop)
     t_s, w, dec = draws.t_s, draws.w, draws.decode_row
@@ -178,7 +182,7 @@ def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: Objectiv
     z_dec = interpolate(x0, draws.eps_decode, draws.lam, s.decode_noise_scale)  # source not restored
 
     # Teacher, gradient-free, on the distillation rows only.
-    rows = (dec == 0).nonzero().squeeze(-1)
+    rows = static_decode_rows(dec, 1.0) if static_shapes else (dec == 0).nonzero().squeeze(-1)
     sc_half = torch.zeros_like(x0)
     target = torch.zeros_like(x0)
     calls = 0
@@ -192,20 +196,26 @@ def distill_step(student, teacher, batch: dict, draws: DistillDraws, s: Objectiv
                                              prediction=teacher_prediction, source=r_src,
                                              x_clean=r_x0)
             r_target = distill_target(r_z, z_t, r_t, draws.t_t[rows], x_last)
-        sc_half = sc_half.index_put((rows,), r_sc)
-        target = target.index_put((rows,), r_target)
+        if static_shapes:
+            sc_half, target = (torch.where(dec3 > 0, zero, r) for zero, r in
+                               ((sc_half, r_sc), (target, r_target)))
+        else:
+            sc_half = sc_half.index_put((rows,), r_sc)
+            target = target.index_put((rows,), r_target)
         calls = 1 + draws.substeps
 
     # Student: one forward on the mixed batch (decode rows: z̃, t = 1, mode on, self-cond zeros).
     z_main = dec3 * z_dec + (1 - dec3) * z_s
     t_main = torch.where(dec > 0, torch.ones_like(t_s), t_s)
-    decode_rows = dec.nonzero().squeeze(-1)
+    decode_rows = static_decode_rows(dec, s.decode_prob) if static_shapes else dec.nonzero().squeeze(-1)
     out_main, _, logits = student(torch.cat([z_main, sc_half], -1), t_main, w, dec,
                                   decode_rows=decode_rows)
     x_hat = x_from_output(out_main, z_main, t_main, student_prediction, s.t_eps, s.noise_scale)
     mse_per_token = (x_hat - target).pow(2).mean(-1)                       # (B, L)
 
     ce_per_token = decode_cross_entropy(logits, batch["input_ids"], decode_rows, like=mse_per_token)
+    if static_shapes:
+        ce_per_token = keep_decode_rows(ce_per_token, dec)
     mask = loss_mask(batch, loss_covers_padding)
     loss, ce_loss, mse_loss, sums = per_example_loss(ce_per_token, mse_per_token, dec, mask,
                                                      batch_rows)

@@ -87,6 +87,17 @@ def decode_cross_entropy(logits: torch.Tensor, input_ids: torch.Tensor, decode_r
     return ce_per_token
 
 
+def static_decode_rows(decode_row: torch.Tensor, decode_prob: float) -> torch.Tensor:
+    """The rows the decode head runs on when no row is selected by value: all (none when the run
+    has no decode branch)."""
+    return torch.arange(decode_row.shape[0] if decode_prob > 0 else 0, device=decode_row.device)
+
+
+def keep_decode_rows(ce_per_token: torch.Tensor, decode_row: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy computed on every row, zero (and gradient-free) outside the decode rows."""
+    return torch.where(decode_row[:, None] > 0, ce_per_token, torch.zeros_like(ce_per_token))
+
+
 def combine_branches(ce_per_token, denoise_per_token, decode_row, mask, denominator=None):
     """Total = (Σ CE·mask on decode rows + Σ denoise·mask on the others) / Σ mask (spec §4 step 6);
     also each branch's own mean and the four sums (for logging across micro-batches / ranks)."""
@@ -118,7 +129,7 @@ def first_pass(model, x_in: torch.Tensor, z: torch.Tensor, t: torch.Tensor, w: t
 def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
                   prediction: str = "x", loss_covers_padding: bool = False,
                   denominator: torch.Tensor | None = None,
-                  first_pass_all_rows: bool = True) -> StepOutput:
+                  first_pass_all_rows: bool = True, static_shapes: bool = False) -> StepOutput:
     """The combined decode/denoise loss of spec §4 on one batch, given the step's draws.
 
     ``denominator`` overrides Σ mask: with gradient accumulation or DDP the loop passes the global
@@ -126,7 +137,10 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     ``first_pass_all_rows=False`` runs the first pass only on the self-conditioning denoise rows,
     the only ones whose x̂₀ is read (step 2 zeroes it elsewhere; step 4's guidance term is zero on
     the other denoise rows and decode rows carry no denoise loss): same loss and gradients, about
-    60 % of that pass saved; ``parts["x_hat_first"]`` is then zero on the skipped rows."""
+    60 % of that pass saved; ``parts["x_hat_first"]`` is then zero on the skipped rows.
+    ``static_shapes=True`` (XLA) selects no rows by value: the first pass runs on every row and the
+    decode head on every row with the cross-entropy kept on decode rows only (``torch.where``), so
+    every step has one graph; same loss and gradients (``parts["decode_rows"]`` is then every row)."""
     src = batch["cond_seq_mask"][..., None] > 0                            # (B, L, 1)
     x0 = clean_embeddings(batch, draws.label_drop)
     t, w, dec = draws.t, draws.w, draws.decode_row
@@ -138,7 +152,7 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
 
     # 1. Gradient-free first pass with an empty self-conditioning half (source kept clean).
     sc_empty = torch.where(src, x0, torch.zeros_like(x0))
-    rows = None if first_pass_all_rows else \
+    rows = None if first_pass_all_rows or static_shapes else \
         (draws.use_self_cond * (1 - dec) > 0).nonzero().squeeze(-1)
     x_hat_first = first_pass(model, torch.cat([z_t, sc_empty], -1), z_t, t, w, as_x, rows)
 
@@ -148,7 +162,7 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
     # 3. Main forward on the mixed batch (decode rows: z̃, t = 1, mode tokens on).
     z_main = dec3 * z_dec + (1 - dec3) * z_t
     t_main = torch.where(dec > 0, torch.ones_like(t), t)
-    decode_rows = dec.nonzero().squeeze(-1)
+    decode_rows = static_decode_rows(dec, s.decode_prob) if static_shapes else dec.nonzero().squeeze(-1)
     if s.decode_prob > 0:
         out_main, _, logits = model(torch.cat([z_main, sc_half], -1), t_main, w, dec,
                                     decode_rows=decode_rows)
@@ -176,6 +190,8 @@ def training_step(model, batch: dict, draws: StepDraws, s: ObjectiveSettings, *,
 
     # 5.–6. Decode cross-entropy on decode rows, one denominator for both branches.
     ce_per_token = decode_cross_entropy(logits, batch["input_ids"], decode_rows, like=l2_per_token)
+    if static_shapes:
+        ce_per_token = keep_decode_rows(ce_per_token, dec)
     mask = loss_mask(batch, loss_covers_padding)
     loss, ce_loss, l2_loss, sums = combine_branches(ce_per_token, l2_per_token, dec, mask, denominator)
     parts = dict(z_t=z_t, z_decode=z_dec, t_main=t_main, x_hat_first=x_hat_first, sc_half=sc_half,

@@ -5,7 +5,8 @@ Every random draw (grid, initial noise, SDE re-injection noise) comes from the c
 The caller chooses the precision: ``elf sample`` runs a rollout under ``elf.precision.network_autocast``
 (the network itself keeps its heads in fp32, so states and x̂ stay fp32).
 The last step is always an ODE step. Conditional generation keeps the clean source embeddings
-pinned at the source positions throughout.
+pinned at the source positions throughout. On XLA every step is one graph (``elf.device.sync`` after
+it) fed its times as device data, so a rollout compiles each kind of step once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Optional
 import torch
 
 from elf.config import SamplerSettings
+from elf.device import is_xla, sync
 from elf.flow.paths import logit_normal, velocity, x_from_output
 from elf.precision import full_precision
 
@@ -106,9 +108,9 @@ def rollout(model, s: SamplerSettings, z_init: torch.Tensor, generator: torch.Ge
     # times (t, or t_b = α·t), made on the device once, rounded to fp32 as a per-step tensor would be.
     alphas = [sde_alpha(s, times[k], times[k + 1]) if s.method == "sde" and k < n - 1 else None
               for k in range(n)]
-    net_t = torch.tensor([t if a is None else a * t for t, a in zip(times, alphas)],
-                         dtype=torch.float32, device=z_init.device)
-    grid_t = grid.to(device=z_init.device, dtype=torch.float32)
+    net_t = _per_step(torch.tensor([t if a is None else a * t for t, a in zip(times, alphas)],
+                                   dtype=torch.float32), z_init.device)
+    grid_t = _per_step(grid.to(torch.float32), z_init.device)
     zeros = torch.zeros_like(z_init)
     z = z_init if source is None else source.pin(z_init)
     x_prev = zeros if source is None else source.pin(zeros)
@@ -121,9 +123,18 @@ def rollout(model, s: SamplerSettings, z_init: torch.Tensor, generator: torch.Ge
             z, x_hat = _sde_step(denoise, z, x_prev, (t, t_next, alphas[k]), (grid_t[k], net_t[k]),
                                  s, generator, source)
         x_prev = x_hat
+        sync(z)
         if record is not None:
             record(k, t_next, z, x_hat)
     return z, denoise
+
+
+def _per_step(values: torch.Tensor, device):
+    """``values[k]`` on ``device`` for step k: one copy, indexed; on XLA a transfer per value
+    (indexing a device tensor by k would make each step's graph a different one)."""
+    if is_xla(device):
+        return [v.to(device) for v in values.unbind()]
+    return values.to(device)
 
 
 def _sde_step(denoise, z, x_prev, times, device_times, s: SamplerSettings, generator, source):

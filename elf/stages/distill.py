@@ -26,6 +26,7 @@ import argparse
 from pathlib import Path
 
 from elf.cli import ElfError
+from elf.stages.train import add_device_arg, on_replicas
 
 TOKENS_FILE = "tokens.json"
 
@@ -42,6 +43,7 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (vocabulary check)")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arg(p)
     p.set_defaults(func=run)
 
 
@@ -128,6 +130,10 @@ def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
 # --------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
+    on_replicas(_run, args)
+
+
+def _run(args) -> None:
     import torch
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
@@ -153,7 +159,7 @@ def run(args) -> None:
     vocab = len(load_tokenizer(args.tokenizer))
     check_tokenizer(args.tokenizer, (store.attrs.get("identity") or {}).get("tokenizer"),
                     f"store {args.store}")
-    rank, world_size, device = init_distributed()
+    rank, world_size, device = init_distributed(args.device)
     teacher, teacher_meta = _load(args.teacher, "teacher")
     student, init_meta = _load(args.init, "init")
     shape = dict(d=store.dim, seq_len=store.seq_len, vocab=vocab, embedding=to_dict(emb_s))
@@ -176,7 +182,8 @@ def run(args) -> None:
                       teacher=str(args.teacher), teacher_sha256=checkpoint_sha256(Path(args.teacher)),
                       init=str(args.init), init_sha256=checkpoint_sha256(Path(args.init)))
     objective, rounds = run_s.objective, run_s.distill
-    teacher_forward = torch.compile(teacher) if b.compile else teacher
+    static = device.type == "xla"
+    teacher_forward = torch.compile(teacher) if b.compile and not static else teacher
     covers_padding = data_s.task != "unconditional"
 
     def draw_fn(global_shape, generator):
@@ -186,7 +193,8 @@ def run(args) -> None:
         return distill_step(net, teacher_forward, batch, draws, objective,
                             student_prediction=run_s.model.prediction,
                             teacher_prediction=_prediction(teacher_meta),
-                            loss_covers_padding=covers_padding, batch_rows=b.batch_size)
+                            loss_covers_padding=covers_padding, batch_rows=b.batch_size,
+                            static_shapes=static)
 
     with output_lock(args.out, enabled=rank == 0):
         train(student, run_s, batches, args.out, meta, loss_covers_padding=covers_padding,

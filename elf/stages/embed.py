@@ -30,7 +30,7 @@ import json
 import os
 from pathlib import Path
 
-from elf.cli import ElfError
+from elf.cli import ElfError, resolve_device
 from elf.config import ConfigError, EmbeddingSettings, from_dict, to_dict
 from elf.io import provenance, sha256_file, sha256_json
 
@@ -53,7 +53,8 @@ def register(subparsers) -> None:
     parser.add_argument("--finalize", action="store_true",
                         help="after all --shard jobs: check, write statistics, checksum and marker")
     parser.add_argument("--batch-size", type=int, default=64, help="sequences per encoder call")
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, cuda, xla, or auto ($ELF_DEVICE if set, else cuda when available)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gaussian kind's table")
     parser.add_argument("--vocab-size", type=int,
                         help="rows of the embedding table (default: the encoder config's vocab_size)")
@@ -80,6 +81,7 @@ def run(args) -> None:
     if (args.shard is None) != (args.num_shards is None):
         raise ElfError("--shard and --num-shards go together (--finalize takes --num-shards alone)")
     settings = _parse_settings(args.settings)
+    device = resolve_device(args.device)
     if settings.kind == "learned":
         raise ElfError("embedding kind 'learned' cannot be cached: its table is trained with the flow, "
                        "so training embeds on the fly; there is no store to write for it")
@@ -101,7 +103,7 @@ def run(args) -> None:
     create_store(store, layout, identity,
                  extra_attrs={"settings": to_dict(settings), "provenance": provenance()})
     sharded = args.shard is not None
-    written = write_blocks(store, tokens, embedder, batch_size=args.batch_size, device=args.device,
+    written = write_blocks(store, tokens, embedder, batch_size=args.batch_size, device=device,
                            shard=args.shard or 0, num_shards=args.num_shards or 1)
     if sharded:
         work = f" --work {args.work}" if args.work else ""

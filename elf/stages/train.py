@@ -5,7 +5,8 @@ embedding ``--tokens`` (the packed token dataset, embedded per batch; kind ``lea
 table trained with the network, ``elf/embed/learned.py``, as wide as ``--encoder``), and the
 tokenizer (for the vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``,
 ``train_log.jsonl`` and, while running, ``resume/`` (a rerun of a killed job continues from it).
-Under ``torchrun`` it trains with DDP on every process of the job:
+Under ``torchrun`` it trains with DDP on every process of the job; with ``--device xla`` (or
+``ELF_DEVICE=xla``) on one replica per XLA device, which it starts itself (``elf.device``):
 
     elf train --settings "$(elf settings --config config/config.yaml --run base)" \
         --store results/embeddings/owt/encoder/train.zarr --tokenizer results/models/tokenizer \
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import threading
 
 from elf.cli import ElfError
 from elf.config import ConfigError, DatasetSettings, EmbeddingSettings, RunSettings, from_dict, to_dict
@@ -33,7 +35,36 @@ def register(sub) -> None:
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id (vocabulary size)")
     p.add_argument("--out", required=True, help="run directory to write")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_arg(p)
     p.set_defaults(func=run)
+
+
+# torch.manual_seed is process-wide, and XLA replicas on the CPU backend are threads of one process
+_SEEDED_INIT = threading.Lock()
+
+
+def add_device_arg(p) -> None:
+    """``--device`` of the training stages (``train``, ``distill``)."""
+    p.add_argument("--device", default="auto",
+                   help="auto ($ELF_DEVICE if set, else cuda when available, else cpu), cpu, cuda, "
+                   "or xla: data parallel over every XLA device of the host (torch_xla)")
+
+
+def on_replicas(stage_run, args) -> None:
+    """Run ``stage_run(args)`` here, or on xla once per XLA device (``elf.device.launch``)."""
+    from elf.device import DeviceError, launch, wants_xla
+
+    if not wants_xla(args.device):
+        stage_run(args)
+        return
+    try:
+        launch(_replica, (stage_run, args))
+    except DeviceError as err:
+        raise ElfError(f"--device {args.device}: {err}") from err
+
+
+def _replica(index: int, stage_run, args) -> None:
+    stage_run(args)
 
 
 def parse_train_settings(text: str) -> tuple[RunSettings, DatasetSettings, EmbeddingSettings, dict]:
@@ -56,6 +87,10 @@ def parse_precision(text: str) -> str:
 
 
 def run(args) -> None:
+    on_replicas(_run, args)
+
+
+def _run(args) -> None:
     import torch
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
@@ -82,11 +117,13 @@ def run(args) -> None:
                            conditioning=run_s.model.conditioning, decode_head=run_s.model.decode_head)
     except KeyError as err:
         raise ElfError(str(err)) from err
-    rank, world_size, device = init_distributed()
-    torch.manual_seed(run_s.budget.seed)  # model initialisation
-    model = ELF(cfg)
+    rank, world_size, device = init_distributed(args.device)
+    with _SEEDED_INIT:
+        torch.manual_seed(run_s.budget.seed)  # model initialisation
+        model = ELF(cfg)
     covers_padding = data_s.task != "unconditional"
-    step_fn, after_step, table_meta = _learned_table(model, run_s, emb_s, covers_padding)
+    step_fn, after_step, table_meta = _learned_table(model, run_s, emb_s, covers_padding,
+                                                     static_shapes=device.type == "xla")
     b = run_s.budget
     batches = ShuffledBatches(source, b.batch_size // b.grad_accum, seed=b.seed, rank=rank,
                               world_size=world_size, normalization=emb_s.normalization,
@@ -117,7 +154,8 @@ def _recorded_tokenizer(args, source) -> tuple[dict, str]:
     return tokens_tokenizer(args.tokens), f"tokens {args.tokens}"
 
 
-def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool):
+def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_padding: bool,
+                   static_shapes: bool = False):
     """Kind ``learned`` (R10): the table tied to the unembedding, seeded, its training step and
     renormalisation (``elf.embed.learned``); (None, None, None) for every other kind."""
     if emb_s.kind != "learned":
@@ -128,7 +166,8 @@ def _learned_table(model, run_s: RunSettings, emb_s: EmbeddingSettings, covers_p
     table.init_(run_s.budget.seed)
     meta = {"tied_to": "unembed_kernel", "row_rms": table.rms, "init_seed": run_s.budget.seed,
             "renormalised": "every optimiser step", "gradient_through_target": True}
-    return learned_step(table, run_s, covers_padding), table.renormalise_, meta
+    return learned_step(table, run_s, covers_padding, static_shapes=static_shapes), \
+        table.renormalise_, meta
 
 
 def _batch_source(args, emb_s: EmbeddingSettings, vocab_size: int):

@@ -11,6 +11,16 @@ Plain and linear in the manner of nanoGPT's ``train.py``. Exactness properties t
   (``elf.train.checkpoint``: the state replaced in one rename, an unreadable one skipped; the log
   grows by whole lines and a resumed run drops a torn one with a warning). The stages hold
   ``elf.io.output_lock`` on the run directory around ``train``: one writer at a time.
+
+On an XLA device (``elf.device``) the same loop runs with static shapes (the default step uses
+``training_step(static_shapes=True)``), one graph per optimiser step cut by ``torch_xla.sync``, no
+host read inside a step (the log line reads its values after the cut), ``torch.compile`` off (XLA
+compiles), and checkpoints moved to the CPU before saving. Data parallel there is one replica per XLA
+device (``elf.device.launch``): each takes its rows of the global draw as a DDP rank does, and the
+gradients are averaged over replicas (``xm.all_reduce``) before clipping, as DDP's all-reduce. One difference:
+on a global batch without any decode row the decode head's gradients are zeros on XLA where DDP leaves
+them None, so Nesterov-Adam steps its two biases (moments decaying) where it would skip them; such a
+batch has probability (1 − decode_prob)^batch_size (0.8^256 ≈ 1e-25 at the paper's settings).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from elf.config import RunSettings
+from elf.device import is_xla, replica, requested, sync, to_cpu
 from elf.flow.objective import draw_step, loss_mask, training_step
 from elf.io import append_line, atomic_path, sha256_json
 from elf.precision import network_autocast
@@ -42,25 +53,42 @@ class BatchSource(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-def init_distributed() -> tuple[int, int, torch.device]:
-    """Rank, world size and device; joins the process group when launched by ``torchrun``."""
+def init_distributed(device_name: str = "auto") -> tuple[int, int, torch.device]:
+    """Rank, world size and device; joins the process group when launched by ``torchrun``.
+    ``device_name`` is a stage's ``--device`` (``elf.device.requested``): CUDA (the process's
+    ``LOCAL_RANK`` GPU), the CPU, or on ``xla`` this replica of ``elf.device.launch``."""
+    name = requested(device_name).split(":")[0]
+    if name == "xla":
+        return replica()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if torch.cuda.is_available():
+    if name == "cuda":
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
-        device = torch.device("cpu")
+        device = torch.device(name)
     if world_size > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return rank, world_size, device
 
 
 def _all_reduce(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    if world_size > 1 and is_xla(x):
+        import torch_xla.core.xla_model as xm
+        return xm.all_reduce(xm.REDUCE_SUM, x)
     if world_size > 1:
         dist.all_reduce(x)
     return x
+
+
+def _reduce_gradients(model: torch.nn.Module, world_size: int, xla: bool) -> None:
+    """XLA replicas: average the gradients over replicas, as ``xm.reduce_gradients`` does (DDP does
+    it inside ``backward``)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if xla and world_size > 1 and grads:
+        import torch_xla.core.xla_model as xm
+        xm.all_reduce(xm.REDUCE_SUM, grads, scale=1.0 / world_size)
 
 
 class CrashForTest(RuntimeError):
@@ -88,13 +116,14 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     if draw_fn is None:
         def draw_fn(shape, gen):
             return draw_step(shape, run.objective, gen)
+    device = torch.device(device)
+    xla = is_xla(device)
     if step_fn is None:
         def step_fn(net, batch, draws, denominator):
             return training_step(net, batch, draws, run.objective, prediction=run.model.prediction,
                                  loss_covers_padding=loss_covers_padding, denominator=denominator,
-                                 first_pass_all_rows=False)
+                                 first_pass_all_rows=False, static_shapes=xla)
     out_dir = Path(out_dir)
-    device = torch.device(device)
     b, o = run.budget, run.optim
     micro_global = b.batch_size // b.grad_accum
     if micro_global * b.grad_accum != b.batch_size or micro_global % world_size:
@@ -116,11 +145,11 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         generator.set_state(state["generator"])
         step = int(state["step"])
     net = model
-    if world_size > 1:
+    if world_size > 1 and not xla:
         net = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None,
             find_unused_parameters=True)  # the decode head is idle on batches without decode rows
-    forward = torch.compile(net) if b.compile else net
+    forward = torch.compile(net) if b.compile and not xla else net
     autocast = network_autocast(device, precision)
     log_path = out_dir / "train_log.jsonl"
     if rank == 0:
@@ -142,14 +171,15 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
             start = i * micro_global + rank * micro_local
             rows = slice(start, start + micro_local)
             draws = type(step_draws)(**{k: v[rows] for k, v in vars(step_draws).items()}).to(device)
-            sync = contextlib.nullcontext() if (world_size == 1 or i == b.grad_accum - 1) \
+            no_sync = contextlib.nullcontext() if (world_size == 1 or xla or i == b.grad_accum - 1) \
                 else net.no_sync()
-            with sync, autocast:
+            with no_sync, autocast:
                 out = step_fn(forward, batch, draws, denom)
                 # DDP averages gradients over ranks; the loss is already globally normalised.
                 (out.loss * world_size).backward()
             sums += torch.cat([out.sums.float(), out.loss.detach().float()[None]])
         sums = _all_reduce(sums, world_size)
+        _reduce_gradients(model, world_size, xla)
         grad_norm, _ = clip_grad_norm(model.parameters(), o.grad_clip)
         lr = lr_at(step + 1, o, b.batch_size)
         optimizer.set_lr(lr)
@@ -158,13 +188,15 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
         if after_step is not None:
             after_step()
         ema.update(model)
+        sync(device)  # XLA: the step's graph ends here
         step += 1
         bar.update(1)
         if rank == 0 and (step % b.log_every == 0 or step == b.steps):
             now = time.perf_counter()
-            record = dict(step=step, loss=float(sums[4]),
-                          ce_loss=float(sums[0] / sums[2].clamp_min(1)),
-                          l2_loss=float(sums[1] / sums[3].clamp_min(1)),
+            host = sums.cpu()  # one read of the finished step (on XLA: no graph of its own)
+            record = dict(step=step, loss=float(host[4]),
+                          ce_loss=float(host[0] / host[2].clamp_min(1)),
+                          l2_loss=float(host[1] / host[3].clamp_min(1)),
                           grad_norm=float(grad_norm), lr=lr,
                           tokens_per_s=tokens_per_step * b.log_every / max(now - t_last, 1e-9))
             if monitor is not None:
@@ -173,16 +205,17 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
             bar.set_postfix(loss=f"{record['loss']:.4f}", tok_s=f"{record['tokens_per_s']:.0f}")
             append_line(log_path, json.dumps(record))
         if step % b.checkpoint_every == 0 and step < b.steps and rank == 0:
-            save_resume(out_dir, dict(run_hash=run_hash, step=step, model=model.state_dict(),
-                                      optimizer=optimizer.state_dict(), ema=ema.state_dict(),
-                                      data=batches.state_dict(), generator=generator.get_state()))
-        if world_size > 1:
+            save_resume(out_dir, to_cpu(dict(
+                run_hash=run_hash, step=step, model=model.state_dict(),
+                optimizer=optimizer.state_dict(), ema=ema.state_dict(), data=batches.state_dict(),
+                generator=generator.get_state())))
+        if world_size > 1 and not xla:
             dist.barrier()
         if crash_after_step is not None and step == crash_after_step:
             raise CrashForTest(f"simulated crash after step {step}")
     bar.close()
     if rank == 0:
-        save_final(out_dir, model.state_dict(), ema.shadow, meta)
+        save_final(out_dir, model.state_dict(), ema.shadow, meta)  # (it moves them to the CPU)
         clear_resume(out_dir)
 
 

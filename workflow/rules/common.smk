@@ -1,5 +1,6 @@
 # Config validation and the helpers that turn the experiment into paths, settings and targets.
 import json
+import os
 import re
 import shlex
 import sys
@@ -27,7 +28,7 @@ ELF = Path(workflow.basedir).parent / "elf"
 
 def code(*modules):
     """The elf/ source files a stage runs (editing them reruns its jobs and whatever depends on them)."""
-    files = [ELF / "__init__.py", ELF / "cli.py", ELF / "config.py", ELF / "io.py"]
+    files = [ELF / "__init__.py", ELF / "cli.py", ELF / "config.py", ELF / "device.py", ELF / "io.py"]
     for module in modules:
         path = ELF / module
         files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
@@ -349,5 +350,7 @@ def embed_encoder_input(embedding):
 
 
 def embed_device(resources):
-    """The job's GPU when it holds one (profile resource `gpu`) and CUDA is visible, else the CPU."""
-    return "$(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo cpu)" if resources.get("gpu", 0) else "cpu"
+    """The job's GPU when it holds one (profile resource `gpu`) and CUDA is visible, else `$ELF_DEVICE`
+    when set (xla on a TPU VM: docs/cluster.md), else the CPU."""
+    other = os.environ.get("ELF_DEVICE") or "cpu"
+    return f"$(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo {other})" if resources.get("gpu", 0) else other
