@@ -198,6 +198,8 @@ def figure_config(config: dict, exp: Experiment, figure_id: str) -> dict:
     part = {key: value for key, value in config.items() if key not in (*per_id, "trends")}
     for key, names in per_id.items():
         part[key] = {name: config[key][name] for name in names}
+    if "evaluation" in part:   # which samplers replicates run is the evaluation's business, not a figure's
+        part["evaluation"] = {k: v for k, v in part["evaluation"].items() if k != "replicate_samplers"}
     return part
 
 

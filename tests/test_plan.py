@@ -57,6 +57,8 @@ def test_a_figure_slice_is_a_config_of_that_figure_alone(ci):
     (lambda c: c["figures"]["F4"].update(title="edited"), {"F4"}),
     # a trend check: no figure (the review reads it)
     (lambda c: c["trends"]["more_steps"].update(claim="edited"), set()),
+    # what the training-seed replicates are evaluated on: no figure either
+    (lambda c: c["evaluation"].update(replicate_samplers=["sde8"]), set()),
 ])
 def test_editing_one_setting_changes_only_the_slices_that_use_it(edit, changed):
     before = load("ci.yaml")
