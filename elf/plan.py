@@ -287,8 +287,22 @@ class Dag:
         return _alternatives(n for n in self.exp.runs if self.exp.run(n).kind == kind)
 
     def train_priority(self, wildcards) -> int:
-        """The runs others wait on (distillation teachers, their replicates) train first."""
-        return 50 if wildcards.run in self.upstream else 0
+        """The runs others wait on (distillation teachers, their replicates) train first (50); the
+        others longest first (1-40 by ``train_cost``), so no long run is left to finish alone."""
+        if wildcards.run in self.upstream:
+            return 50
+        costs = {n: self.train_cost(n) for n in self.exp.runs
+                 if self.exp.run(n).kind == "train" and n not in self.upstream}
+        return 1 + round(39 * costs.get(wildcards.run, 0) / max(costs.values(), default=1))
+
+    def train_cost(self, name: str) -> float:
+        """A run's training work, up to a constant: steps × tokens per batch × depth × width² (the
+        built-in ELF sizes count as one: their order comes from steps and tokens alone)."""
+        run = self.exp.run(name)
+        shape = self.exp.sizes.get(run.model.size)
+        per_token = shape["depth"] * shape["width"] ** 2 if shape else 1
+        length = self.exp.datasets[run.dataset].max_length
+        return run.budget.steps * run.budget.batch_size * length * per_token
 
     def train_settings_json(self, name: str) -> str:
         run = self.exp.run(name)

@@ -93,7 +93,7 @@ def test_run_inputs_and_settings(ci):
                                      "init": f"{R}/runs/pd_r1/ema.safetensors"}
     assert dag.train_data(SimpleNamespace(run="base")) == {"store": f"{R}/embeddings/owt/encoder/train.zarr"}
     assert dag.train_priority(SimpleNamespace(run="base")) == 50
-    assert dag.train_priority(SimpleNamespace(run="wmt")) == 0
+    assert 1 <= dag.train_priority(SimpleNamespace(run="wmt")) <= 40   # off the critical path
     settings = json.loads(dag.train_settings_json("wmt"))
     assert settings["run"] == json.loads(json.dumps(plan.to_dict(dag.exp.run("wmt"))))
     assert "embed_shards" not in settings["dataset"]  # scheduling only: changing it retrains nothing
@@ -125,3 +125,12 @@ def test_the_paper_config_plans_without_a_figure_id_in_the_workflow():
     rules = "\n".join(p.read_text() for p in (ROOT / "workflow").rglob("*.smk"))
     named = sorted(fid for fid in config["figures"] if re.search(rf"\b{fid}\b(?![- ]style| encoder)", rules))
     assert not named, f"figure ids spelled in the workflow: {named}"
+
+
+def test_training_priorities_put_the_critical_path_then_the_longest_runs_first():
+    exp = parse_experiment(load("config.yaml"))
+    dag = plan.Dag(exp, needs)
+    priority = {n: dag.train_priority(SimpleNamespace(run=n)) for n in exp.runs if exp.run(n).kind == "train"}
+    assert priority["base"] == priority["base_seed1"] == 50          # the distillation teacher's chain
+    # 4x160 > 3x128 > 2x96 at 96 tokens > 2x96 at 48 tokens, at the same steps and batch
+    assert priority["size_l"] == 40 > priority["size_m"] > priority["xsum"] > priority["ref"] >= 1
