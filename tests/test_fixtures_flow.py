@@ -17,11 +17,9 @@ def close(a, b, atol, rtol=0.0):
     torch.testing.assert_close(a, b, atol=atol, rtol=rtol)
 
 
-def replay_step(name: str, sc_cfg_target: str = "main_forward", t_eps: float | None = None):
-    """Run our objective on a training fixture with its recorded draws; returns (fx, model, output)."""
-    fx = load_fixture(name)
+def fixture_inputs(fx: dict, sc_cfg_target: str = "main_forward", t_eps: float | None = None):
+    """A training fixture's batch, recorded draws and objective settings, as our step takes them."""
     obj = fx["config"]["objective"]
-    model = fixture_model(fx)
     b, dr = fx["batch"], fx["draws"]
     batch = dict(x=b.get("x0_encoded", b["x0"]), input_ids=b["input_ids"],
                  attention_mask=b["attention_mask"], cond_seq_mask=b["cond_seq_mask"])
@@ -37,6 +35,15 @@ def replay_step(name: str, sc_cfg_target: str = "main_forward", t_eps: float | N
         decode_noise_scale=obj["decoder_noise_scale"], self_cond_prob=obj["self_cond_prob"],
         sc_cfg_min=obj["sc_cfg_min"], sc_cfg_max=obj["sc_cfg_max"],
         label_drop_prob=obj["label_drop_prob"], sc_cfg_target=sc_cfg_target)
+    return batch, draws, settings
+
+
+def replay_step(name: str, sc_cfg_target: str = "main_forward", t_eps: float | None = None):
+    """Run our objective on a training fixture with its recorded draws; returns (fx, model, output)."""
+    fx = load_fixture(name)
+    obj = fx["config"]["objective"]
+    model = fixture_model(fx)
+    batch, draws, settings = fixture_inputs(fx, sc_cfg_target, t_eps)
     out = training_step(model, batch, draws, settings, loss_covers_padding=obj["loss_covers_padding"])
     return fx, model, out
 

@@ -21,12 +21,13 @@ from safetensors.torch import load_file
 
 from tests.xla_util import DEVICE, compiles, fallbacks  # noqa: I001 (skips the module first)
 
-from elf.config import ObjectiveSettings, OptimSettings
+from elf.config import OptimSettings
 from elf.device import is_xla, sync, to_cpu
-from elf.flow.objective import StepDraws, training_step
+from elf.flow.objective import training_step
 from elf.train.loop import CrashForTest
 from elf.train.optim import EMA, build_optimizer, clip_grad_norm
 from tests.fixtures_util import fixture_model, load_fixture
+from tests.test_fixtures_flow import fixture_inputs
 from tests.xla_worker import decode_rows_per_step, tiny_xla_run, train_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,20 +46,8 @@ def fixture_step(name: str, device):
     fixture on ``device``; static shapes on XLA. Returns (fx, loss, grads, params, ema) on the CPU."""
     fx = load_fixture(name)
     obj, opt_cfg = fx["config"]["objective"], fx["config"]["optimizer"]
-    b, dr = fx["batch"], fx["draws"]
-    batch = dict(x=b.get("x0_encoded", b["x0"]), input_ids=b["input_ids"],
-                 attention_mask=b["attention_mask"], cond_seq_mask=b["cond_seq_mask"])
-    if "x0_encoded" in b:
-        batch["x_nosource"] = b["x0"]
-    label_drop = dr.get("label_drop", torch.zeros(dr["t"].shape[0], dtype=torch.bool))
-    draws = StepDraws(dr["decode_row"], dr["t"], dr["eps"], dr["lambda"], dr["eps_decode"],
-                      dr["use_self_cond"], dr["w"], label_drop).to(device)
-    settings = ObjectiveSettings(
-        t_mean=obj["t_p_mean"], t_std=obj["t_p_std"], noise_scale=obj["denoiser_noise_scale"],
-        t_eps=obj["t_eps"], decode_prob=obj["decoder_prob"],
-        decode_noise_scale=obj["decoder_noise_scale"], self_cond_prob=obj["self_cond_prob"],
-        sc_cfg_min=obj["sc_cfg_min"], sc_cfg_max=obj["sc_cfg_max"],
-        label_drop_prob=obj["label_drop_prob"])
+    batch, draws, settings = fixture_inputs(fx)
+    draws = draws.to(device)
     model = fixture_model(fx).to(device)
     ema = EMA(model, opt_cfg["ema_decay"])
     optimizer = build_optimizer(model.named_parameters(), OptimSettings(), lr=opt_cfg["lr"])
