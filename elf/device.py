@@ -9,15 +9,21 @@ calls that differ on XLA. Every stage's ``--device`` goes through ``resolve``.
   cuts it (``torch_xla.sync``, the former ``xm.mark_step``). The graph is compiled once per distinct
   structure, so the hot loops keep shapes static and read nothing back to the host inside a step.
   ``sync`` does nothing elsewhere, so shared code calls it unconditionally.
-- Data parallel on XLA (``elf train``/``distill``) is one replica per XLA device started by
-  ``torch_xla.launch`` — processes on a TPU VM, threads on the CPU backend (``CPU_NUM_DEVICES``) —
-  rather than torchrun; ``replica`` gives a replica its rank, world size and device.
+- Data parallel on XLA (``elf train``/``distill``) is SPMD over every XLA device of the host
+  (``data_parallel_device``): one process and one program; the loop marks each global micro-batch's
+  tensors split by rows over a one-axis mesh (``shard_rows``), so device k holds rows k·B/n … of the
+  seeded global draw, as DDP rank k would, and XLA's partitioner inserts the gradient all-reduce.
+  The step is the single-device step on the whole micro-batch, to float rounding. (Per-device
+  processes with ``xm.all_reduce`` cannot be tested here: XLA's CPU backend has no cross-process or
+  cross-thread collectives, pytorch/xla#9089; SPMD runs on ``CPU_NUM_DEVICES`` > 1.) Multi-host pod
+  slices are refused (``DeviceError``): untested, and every host would write the run directory.
 
 No torch_xla import happens unless an XLA device is asked for.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -59,7 +65,7 @@ def torch_xla_module():
 
 def resolve(name: str) -> torch.device:
     """A ``torch.device`` for a stage's ``--device`` (module docstring); ``xla`` is this process's
-    (or replica thread's) XLA device, which starts the XLA runtime."""
+    XLA device, which starts the XLA runtime."""
     name = requested(name)
     if name.split(":")[0] == "xla":
         torch_xla = torch_xla_module()
@@ -110,19 +116,50 @@ def to_cpu(obj: Any) -> Any:
     return obj
 
 
-def replica() -> tuple[int, int, torch.device]:
-    """(rank, world size, device) of this XLA replica (inside ``launch``, or alone)."""
-    device = resolve("xla")
+def data_parallel_device() -> torch.device:
+    """The XLA device of a training stage: with several XLA devices on this host, SPMD over all of
+    them (module docstring; ``xr.use_spmd`` before any tensor is placed), else the one device."""
+    torch_xla = torch_xla_module()
+    _persistent_cache(torch_xla)
     import torch_xla.runtime as xr
 
-    return xr.global_ordinal(), xr.world_size(), device
+    if xr.process_count() > 1:
+        raise DeviceError(f"{xr.process_count()} XLA processes (a multi-host TPU slice): data parallel "
+                          "here spans one host's devices; run the stage on a single-host slice")
+    if xr.global_runtime_device_count() > 1 and not xr.is_spmd():
+        xr.use_spmd()
+    return resolve("xla")
 
 
-def launch(fn, args: tuple = ()) -> None:
-    """Run ``fn(index, *args)`` once per XLA device of this host (``torch_xla.launch``)."""
-    if "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ:
-        raise DeviceError("on xla the stage starts one replica per XLA device itself "
-                          "(torch_xla.launch): run it without torchrun")
-    # One CPU device: run here (torch_xla.launch would spawn a process for it).
-    single = os.environ.get("PJRT_DEVICE") == "CPU" and os.environ.get("CPU_NUM_DEVICES", "1") == "1"
-    torch_xla_module().launch(fn, args, debug_single_process=single)
+def data_parallel_size(device: torch.device | str) -> int:
+    """How many devices split each micro-batch's rows on ``device``: the SPMD mesh's, else 1."""
+    return int(_mesh().size()) if is_xla(device) and _spmd() else 1
+
+
+def shard_rows(tensors) -> None:
+    """Mark each XLA tensor's first dimension split over the data-parallel mesh (rows k·B/n … on
+    device k); nothing off SPMD."""
+    tensors = [x for x in tensors if isinstance(x, torch.Tensor) and is_xla(x)]
+    if not tensors or not _spmd():
+        return
+    import torch_xla.distributed.spmd as xs
+
+    mesh = _mesh()
+    for x in tensors:
+        xs.mark_sharding(x, mesh, ("data",) + (None,) * (x.dim() - 1))
+
+
+def _spmd() -> bool:
+    import torch_xla.runtime as xr
+
+    return xr.is_spmd()
+
+
+@functools.cache
+def _mesh():
+    import numpy as np
+    import torch_xla.distributed.spmd as xs
+    import torch_xla.runtime as xr
+
+    n = xr.global_runtime_device_count()
+    return xs.Mesh(np.arange(n), (n,), ("data",))

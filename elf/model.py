@@ -160,9 +160,14 @@ class RopeCache:
         if torch.compiler.is_compiling():
             return rope_tables(length, self.head_dim, self.theta, device, self.n_skip, False)
         key = (length, torch.device(device))
-        if key not in self.tables:
-            self.tables[key] = rope_tables(length, self.head_dim, self.theta, device, self.n_skip,
-                                           with_cis=key[1].type != "xla")
+        if key not in self.tables and key[1].type == "xla":
+            # Built on the host and moved: device data from the start. Built on the device, they
+            # would be computed inside the first forward's graph, which then differs from every
+            # later one's (one extra compilation per process: the first rollout's first step).
+            host = rope_tables(length, self.head_dim, self.theta, "cpu", self.n_skip, False)
+            self.tables[key] = Rope(host.cos.to(device), host.sin.to(device), None)
+        elif key not in self.tables:
+            self.tables[key] = rope_tables(length, self.head_dim, self.theta, device, self.n_skip)
         return self.tables[key]
 
 

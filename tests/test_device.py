@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from elf.cli import ElfError, resolve_device
+from elf.cli import ElfError, main, resolve_device
 from elf.config import DistillSettings
 from elf.device import DeviceError, requested, resolve, to_cpu, wants_xla
 from elf.flow.distill import distill_step, draw_distill_step
 from elf.flow.objective import ObjectiveSettings, training_step
+from tests.artifact_world import distill_args, train_args
 from tests.helpers import tiny_model
 from tests.test_fast_paths import gen, step_inputs
 
@@ -36,6 +37,16 @@ def test_xla_without_torch_xla_is_one_clear_error(monkeypatch):
     monkeypatch.setenv("ELF_DEVICE", "xla")
     with pytest.raises(ElfError, match="--device auto: device xla needs torch_xla"):
         resolve_device("auto")
+
+
+@pytest.mark.skipif(HAS_XLA, reason="torch_xla is installed here")
+@pytest.mark.parametrize("stage_args", [train_args, distill_args], ids=["train", "distill"])
+def test_a_training_stage_on_xla_without_torch_xla_fails_before_reading_anything(tmp_path, capsys,
+                                                                                  stage_args):
+    args = stage_args(tmp_path)  # no store, tokenizer or teacher there: the device is checked first
+    assert main([*args, "--device", "xla"]) == 2
+    assert f"elf {args[0]}: error: --device xla: device xla needs torch_xla" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_an_unknown_device_is_an_elf_error():

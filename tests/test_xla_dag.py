@@ -1,7 +1,8 @@
 """The CI DAG's train → sample → score chain on the XLA device (XLA CPU backend), as a TPU VM runs
 it: ``ELF_DEVICE=xla snakemake ...`` with the real rules, after the data, tokenizer, encoder, scorer
-and embedding store were built on the CPU. A distillation round, ``elf embed`` and ``elf score`` on
-XLA are checked against their CPU results. Every XLA job writes torch_xla's metrics report to its log
+and embedding store were built on the CPU. The host has two XLA CPU devices (``CPU_NUM_DEVICES=2``):
+``elf train`` and ``elf distill`` run data parallel (SPMD) over both, the other stages on the first.
+A distillation round, ``elf embed`` and ``elf score`` on XLA are checked against their CPU results. Every XLA job writes torch_xla's metrics report to its log
 (``XLA_METRICS_FILE=STDERR``), which shows it ran on XLA and how often it compiled. Skipped without
 torch_xla (tests/xla_util.py)."""
 
@@ -22,7 +23,8 @@ from tests.xla_util import DEVICE  # noqa: F401,I001 (skips the module without t
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-XLA_ENV = {"ELF_DEVICE": "xla", "PJRT_DEVICE": "CPU", "XLA_METRICS_FILE": "STDERR"}
+XLA_ENV = {"ELF_DEVICE": "xla", "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2",
+           "XLA_METRICS_FILE": "STDERR"}
 CPU_ENV = {"ELF_DEVICE": "cpu"}
 
 
@@ -70,6 +72,8 @@ def chain(tmp_path_factory):
 
 def test_training_and_distillation_ran_on_xla_and_compiled_only_at_their_first_steps(chain):
     for log, steps in ((chain / "logs/train/base.log", 20), (chain / "logs/distill/pd_r1.log", 4)):
+        # SPMD programs run through ExecuteReplicated (one device's run through ExecuteComputation)
+        assert "Metric: ExecuteReplicatedTime" in log.read_text(), f"{log}: not data parallel"
         counts = compile_counts(log)
         print(f"{log.name}: XLA compilations after each step: {counts}")
         assert len(counts) == steps, f"{log}: {len(counts)} XLA steps, expected {steps}"
@@ -82,6 +86,7 @@ def test_training_and_distillation_ran_on_xla_and_compiled_only_at_their_first_s
 
 def test_sampling_and_scoring_ran_on_xla(chain):
     log = chain / "logs/evaluate/base/all.log"
+    assert "Metric: ExecuteReplicatedTime" not in log.read_text()  # one device: no SPMD
     counts = compile_counts(log)
     print(f"evaluate (2 samplers, then Gen. PPL): {len(counts)} XLA graphs run, "
           f"{counts[-1]} compiled")

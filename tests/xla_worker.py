@@ -1,6 +1,10 @@
 """Training runs of the XLA tests that need a process of their own (tests/test_xla_train.py):
 
     python tests/xla_worker.py train OUT [--hold-at K]   # the tiny run on XLA; K: wait there to be killed
+    CPU_NUM_DEVICES=2 python tests/xla_worker.py train OUT --data-parallel [--grad-accum 2] [--crash-at K]
+        # SPMD over the XLA devices, as `elf train --device xla` runs (checkpoints every 3 steps; K:
+        # raise CrashForTest after step K); OUT/spmd.json records the device count, the compilations
+        # after each step and the shardings the loop marked
 
 ``tiny_xla_run`` and ``train_tiny`` are the tests' own runs too."""
 
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
 
@@ -39,7 +44,8 @@ def train_tiny(out, device, run=None, *, crash=None, monitor=None) -> None:
     run = run or tiny_xla_run()
     model = tiny_model()
     meta = {"model": dataclasses.asdict(model.cfg), "steps": run.budget.steps}
-    train(model, run, TensorBatches(tiny_data(8), run.budget.batch_size), out, meta,
+    micro = run.budget.batch_size // run.budget.grad_accum
+    train(model, run, TensorBatches(tiny_data(8), micro), out, meta,
           loss_covers_padding=False, seq_shape=(12, 16), progress=False, device=device,
           crash_after_step=crash, monitor=monitor)
 
@@ -53,15 +59,56 @@ def _hold(out: Path, at: int):
     return monitor
 
 
+def _recording_shards(specs: list):
+    """``elf.train.loop.shard_rows``, recording the sharding each tensor gets."""
+    import torch_xla
+
+    import elf.train.loop as loop
+
+    mark = loop.shard_rows
+
+    def shard_rows(tensors):
+        tensors = list(tensors)
+        mark(tensors)
+        specs.extend(torch_xla._XLAC._get_xla_sharding_spec(x) for x in tensors)
+    loop.shard_rows = shard_rows
+
+
+def _data_parallel(out: Path, grad_accum: int, crash_at: int | None) -> None:
+    from elf.device import data_parallel_device, data_parallel_size
+
+    device = data_parallel_device()  # before tests.xla_util places anything on the device
+    from tests.xla_util import compiles
+
+    specs, seen = [], {}
+    _recording_shards(specs)
+
+    def monitor(step, ema):
+        seen[step] = compiles()
+        return {}
+    run = tiny_xla_run(checkpoint_every=3)
+    run = dataclasses.replace(run, budget=dataclasses.replace(run.budget, grad_accum=grad_accum))
+    train_tiny(out, device, run, monitor=monitor, crash=crash_at)
+    (out / "spmd.json").write_text(json.dumps({
+        "devices": data_parallel_size(device), "compiles": [seen[k] for k in sorted(seen)],
+        "shardings": sorted(set(specs))}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("mode", choices=("train",))
     parser.add_argument("out", type=Path)
     parser.add_argument("--hold-at", type=int)
+    parser.add_argument("--data-parallel", action="store_true")
+    parser.add_argument("--grad-accum", type=int, default=1)
+    parser.add_argument("--crash-at", type=int)
     args = parser.parse_args()
     from elf.device import resolve
 
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.data_parallel:
+        _data_parallel(args.out, args.grad_accum, args.crash_at)
+        return
     monitor = _hold(args.out, args.hold_at) if args.hold_at else None
     train_tiny(args.out, resolve("xla"), tiny_xla_run(checkpoint_every=5), monitor=monitor)
 

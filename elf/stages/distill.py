@@ -27,9 +27,9 @@ from pathlib import Path
 
 from elf.artifacts.names import RUN_EMBEDDING, RUN_MODEL, RUN_SETTINGS, TOKENS_FILE
 from elf.artifacts.records import token_record
-from elf.cli import ElfError
+from elf.cli import ElfError, device_errors
 from elf.stages.args import TrainSettings, parse_train_settings
-from elf.stages.train import add_device_arg, on_replicas
+from elf.stages.train import add_device_arg
 
 
 def register(sub) -> None:
@@ -99,7 +99,8 @@ def _init_record(init_dir: Path, init_meta: dict) -> dict | None:
 # --------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
-    on_replicas(_run, args)
+    with device_errors(args.device):
+        _run(args)
 
 
 def _run(args) -> None:
@@ -133,10 +134,10 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
     if not getattr(emb_s, "cache", True):
         raise ElfError("distillation reads a cached embedding store; the run's embedding has "
                        "cache: false")
+    rank, world_size, device = init_distributed(device_name)  # an unusable --device fails first
     store = open_store(store_path)
     vocab = len(load_tokenizer(tokenizer_ref))
     check_tokenizer(tokenizer_ref, store.identity.get(STORE_TOKENIZER), f"store {store_path}")
-    rank, world_size, device = init_distributed(device_name)
     teacher_net, teacher_meta = _load(teacher, "teacher")
     student, init_meta = _load(init, "init")
     shape = dict(d=store.dim, seq_len=store.seq_len, vocab=vocab, embedding=to_dict(emb_s))

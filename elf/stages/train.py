@@ -6,7 +6,8 @@ table trained with the network, ``elf.train.learned.py``, as wide as ``--encoder
 tokenizer (for the vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``,
 ``train_log.jsonl`` and, while running, ``resume/`` (a rerun of a killed job continues from it).
 Under ``torchrun`` it trains with DDP on every process of the job; with ``--device xla`` (or
-``ELF_DEVICE=xla``) on one replica per XLA device, which it starts itself (``elf.device``):
+``ELF_DEVICE=xla``) in one process, data parallel (SPMD) over every XLA device of the host
+(``elf.device``):
 
     elf train --settings "$(elf settings --config config/config.yaml --run base)" \
         --store results/embeddings/owt/encoder/train.zarr --tokenizer results/models/tokenizer \
@@ -16,10 +17,9 @@ Under ``torchrun`` it trains with DDP on every process of the job; with ``--devi
 from __future__ import annotations
 
 import argparse
-import threading
 from pathlib import Path
 
-from elf.cli import ElfError
+from elf.cli import ElfError, device_errors
 from elf.config import EmbeddingSettings, RunSettings, to_dict
 from elf.stages.args import TrainSettings, parse_train_settings
 
@@ -40,36 +40,16 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-# torch.manual_seed is process-wide, and XLA replicas on the CPU backend are threads of one process
-_SEEDED_INIT = threading.Lock()
-
-
 def add_device_arg(p) -> None:
     """``--device`` of the training stages (``train``, ``distill``)."""
     p.add_argument("--device", default="auto",
                    help="auto ($ELF_DEVICE if set, else cuda when available, else cpu), cpu, cuda, "
-                   "or xla: data parallel over every XLA device of the host (torch_xla)")
-
-
-def on_replicas(stage_run, args) -> None:
-    """Run ``stage_run(args)`` here, or on xla once per XLA device (``elf.device.launch``)."""
-    from elf.device import DeviceError, launch, wants_xla
-
-    if not wants_xla(args.device):
-        stage_run(args)
-        return
-    try:
-        launch(_replica, (stage_run, args))
-    except DeviceError as err:
-        raise ElfError(f"--device {args.device}: {err}") from err
-
-
-def _replica(index: int, stage_run, args) -> None:
-    stage_run(args)
+                   "or xla: data parallel (SPMD) over every XLA device of the host (torch_xla)")
 
 
 def run(args) -> None:
-    on_replicas(_run, args)
+    with device_errors(args.device):
+        _run(args)
 
 
 def _run(args) -> None:
@@ -100,6 +80,7 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
     if emb_s.kind == "learned" and not run_s.model.decode_head:
         raise ElfError("embedding kind 'learned' ties its table to the decode head's unembedding: "
                        "the run needs model.decode_head: true")
+    rank, world_size, device = init_distributed(device_name)  # an unusable --device fails first
     tokenizer = load_tokenizer(tokenizer_ref)
     source = batch_source(emb_s, len(tokenizer), store=store, tokens=tokens, encoder=encoder)
     check_tokenizer(tokenizer_ref, *recorded_tokenizer(source, store=store, tokens=tokens))
@@ -109,10 +90,8 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
                            conditioning=run_s.model.conditioning, decode_head=run_s.model.decode_head)
     except KeyError as err:
         raise ElfError(str(err)) from err
-    rank, world_size, device = init_distributed(device_name)
-    with _SEEDED_INIT:
-        torch.manual_seed(run_s.budget.seed)  # model initialisation
-        model = ELF(cfg)
+    torch.manual_seed(run_s.budget.seed)  # model initialisation
+    model = ELF(cfg)
     covers_padding = data_s.task != "unconditional"
     step_fn, after_step, table_meta = learned_table(model, run_s, emb_s, covers_padding,
                                                     static_shapes=device.type == "xla")

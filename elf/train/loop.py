@@ -15,12 +15,14 @@ Plain and linear in the manner of nanoGPT's ``train.py``. Exactness properties t
 On an XLA device (``elf.device``) the same loop runs with static shapes (the default step uses
 ``training_step(static_shapes=True)``), one graph per optimiser step cut by ``torch_xla.sync``, no
 host read inside a step (the log line reads its values after the cut), ``torch.compile`` off (XLA
-compiles), and checkpoints moved to the CPU before saving. Data parallel there is one replica per XLA
-device (``elf.device.launch``): each takes its rows of the global draw as a DDP rank does, and the
-gradients are averaged over replicas (``xm.all_reduce``) before clipping, as DDP's all-reduce. One difference:
-on a global batch without any decode row the decode head's gradients are zeros on XLA where DDP leaves
-them None, so Nesterov-Adam steps its two biases (moments decaying) where it would skip them; such a
-batch has probability (1 − decode_prob)^batch_size (0.8^256 ≈ 1e-25 at the paper's settings).
+compiles), and checkpoints moved to the CPU before saving. Data parallel there is SPMD over the
+host's XLA devices (``elf.device.data_parallel_device``): one process, and each global micro-batch's
+tensors (data and draws) split by rows over the devices (``shard_rows``), so device k holds the rows DDP
+rank k would take; the step is the single-device step on the whole micro-batch (XLA inserts the gradient
+all-reduce). One difference from the CPU/GPU step: on a global batch without any decode row the decode
+head's gradients are zeros on XLA where they are None elsewhere, so Nesterov-Adam steps its two biases
+(moments decaying) where it would skip them; such a batch has probability (1 − decode_prob)^batch_size
+(0.8^256 ≈ 1e-25 at the paper's settings).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ from tqdm import tqdm
 
 from elf.artifacts.names import TRAIN_LOG
 from elf.config import RunSettings
-from elf.device import is_xla, replica, requested, sync, to_cpu
+from elf.device import (data_parallel_device, data_parallel_size, is_xla, requested, shard_rows, sync,
+                        to_cpu)
 from elf.flow.objective import draw_step, loss_mask, training_step
 from elf.io import append_line, atomic_path, sha256_json
 from elf.precision import network_autocast
@@ -57,10 +60,10 @@ class BatchSource(Protocol):
 def init_distributed(device_name: str = "auto") -> tuple[int, int, torch.device]:
     """Rank, world size and device; joins the process group when launched by ``torchrun``.
     ``device_name`` is a stage's ``--device`` (``elf.device.requested``): CUDA (the process's
-    ``LOCAL_RANK`` GPU), the CPU, or on ``xla`` this replica of ``elf.device.launch``."""
+    ``LOCAL_RANK`` GPU), the CPU, or on ``xla`` the host's XLA devices as one process (SPMD)."""
     name = requested(device_name).split(":")[0]
     if name == "xla":
-        return replica()
+        return 0, 1, data_parallel_device()
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if name == "cuda":
@@ -75,21 +78,9 @@ def init_distributed(device_name: str = "auto") -> tuple[int, int, torch.device]
 
 
 def _all_reduce(x: torch.Tensor, world_size: int) -> torch.Tensor:
-    if world_size > 1 and is_xla(x):
-        import torch_xla.core.xla_model as xm
-        return xm.all_reduce(xm.REDUCE_SUM, x)
     if world_size > 1:
         dist.all_reduce(x)
     return x
-
-
-def _reduce_gradients(model: torch.nn.Module, world_size: int, xla: bool) -> None:
-    """XLA replicas: average the gradients over replicas, as ``xm.reduce_gradients`` does (DDP does
-    it inside ``backward``)."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    if xla and world_size > 1 and grads:
-        import torch_xla.core.xla_model as xm
-        xm.all_reduce(xm.REDUCE_SUM, grads, scale=1.0 / world_size)
 
 
 class CrashForTest(RuntimeError):
@@ -130,6 +121,9 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     if micro_global * b.grad_accum != b.batch_size or micro_global % world_size:
         raise ValueError(f"batch_size {b.batch_size} must split into grad_accum {b.grad_accum} "
                          f"micro-batches divisible by {world_size} processes")
+    if micro_global % data_parallel_size(device):
+        raise ValueError(f"micro-batch {micro_global} does not split over the "
+                         f"{data_parallel_size(device)} XLA devices")
     micro_local = micro_global // world_size
     model.to(device)
     generator = torch.Generator().manual_seed(b.seed)
@@ -164,6 +158,8 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     while step < b.steps:
         micro = [{k: v.to(device, non_blocking=True) for k, v in next(data).items()}
                  for _ in range(b.grad_accum)]
+        for batch in micro:
+            shard_rows(batch.values())
         denom = sum(loss_mask(m, loss_covers_padding).sum() for m in micro)
         denom = _all_reduce(denom.clone().float(), world_size).clamp_min(1)
         sums = torch.zeros(5, device=device)  # out.sums (4) and the loss, over micro-batches
@@ -172,6 +168,7 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
             start = i * micro_global + rank * micro_local
             rows = slice(start, start + micro_local)
             draws = type(step_draws)(**{k: v[rows] for k, v in vars(step_draws).items()}).to(device)
+            shard_rows(vars(draws).values())
             no_sync = contextlib.nullcontext() if (world_size == 1 or xla or i == b.grad_accum - 1) \
                 else net.no_sync()
             with no_sync, autocast:
@@ -180,7 +177,6 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
                 (out.loss * world_size).backward()
             sums += torch.cat([out.sums.float(), out.loss.detach().float()[None]])
         sums = _all_reduce(sums, world_size)
-        _reduce_gradients(model, world_size, xla)
         grad_norm, _ = clip_grad_norm(model.parameters(), o.grad_clip)
         lr = lr_at(step + 1, o, b.batch_size)
         optimizer.set_lr(lr)
