@@ -2,7 +2,8 @@
 # CI for the TPU path (issue 18): the TPU environment's torch/torch-xla pair (environment-tpu.yml) in a
 # venv of its own, then the focused XLA tests on torch_xla's CPU device (PJRT_DEVICE=CPU; no TPU here).
 # Measured here: the venv from a clean pip cache, from PyPI (the CPU index was unreachable), 12.4 min;
-# the XLA tests about 18 min on 2 cores shared with other jobs (train + sample 9.9 min, DAG 7.4 min).
+# the XLA tests (30, two of them on two XLA CPU devices) 5 min 38 s on 2 otherwise idle cores
+# (`/usr/bin/time -v .ci/tpu.sh` with the venv built: 338 s wall, 522 s user).
 # torch 2.9.0 comes from PyTorch's CPU wheel index when it is reachable (+cpu, ~200 MB), else from PyPI
 # (the CUDA build, ~3 GB of nvidia-* wheels that are never loaded). The pip list is environment-tpu.yml's,
 # with torch-xla without its [tpu] extra (libtpu is of no use on the CPU device).
