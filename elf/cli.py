@@ -42,12 +42,21 @@ def device_errors(name: str):
         raise ElfError(f"--device {name}: {err}") from err
 
 
+class StageParser(argparse.ArgumentParser):
+    """A stage's parser: its description (the module docstring) is shown as written, so that example
+    commands keep their lines and continuations."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(stages: tuple[str, ...] = STAGES) -> argparse.ArgumentParser:
     """The ``elf`` parser with the subcommands of ``stages`` (each imports its module)."""
     parser = argparse.ArgumentParser(
         prog="elf", description="ELF: Embedded Language Flows — pipeline stages. "
         "Snakemake runs these for you (see README); each can also be run by hand.")
-    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE")
+    sub = parser.add_subparsers(dest="stage", required=True, metavar="STAGE", parser_class=StageParser)
     for name in stages:
         importlib.import_module(f"elf.stages.{name}").register(sub)
     return parser

@@ -1,4 +1,4 @@
-"""``elf aggregate``: mean ± standard error across evaluation seeds of one (run, sampler) (spec §6).
+r"""``elf aggregate``: mean ± standard error across evaluation seeds of one (run, sampler) (spec §6).
 
 Reads the score files of ``elf score`` (one per seed; the seed is taken from each file's samples header,
 else the file name); writes ``--out`` (atomically):

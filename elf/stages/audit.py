@@ -19,7 +19,6 @@ directory, where Snakemake runs).
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from elf.cli import ElfError
@@ -29,8 +28,7 @@ SHA_SHOWN = 16
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("audit", help="print and verify the provenance chain of a number",
-                                   description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   description=__doc__)
     parser.add_argument("path", metavar="PATH",
                         help="figure/table file or sidecar, aggregate, score, samples file or checkpoint")
     parser.add_argument("cell", metavar="CELL", nargs="?",

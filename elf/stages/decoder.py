@@ -1,4 +1,4 @@
-"""``elf decoder``: train the separate decoder of the Fig. 5b ablation (paper R11) on a frozen embedding.
+r"""``elf decoder``: train the separate decoder of the Fig. 5b ablation (paper R11) on a frozen embedding.
 
 Reads ``--store`` (the dataset's train-split embedding store, see ``elf embed``; embeddings are
 normalised as the embedding settings say, exactly as ``elf train`` feeds the denoiser) and the
@@ -17,7 +17,6 @@ itself is ``elf.train.decoder.train_decoder``.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from elf.stages.args import parse_sections
 
 def register(sub) -> None:
     p = sub.add_parser("decoder", help="train a separate decoder on frozen embeddings (Fig. 5b)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--settings", required=True,
                    help="JSON with keys decoder (DecoderSettings), dataset, embedding")
     p.add_argument("--store", required=True, help="train-split embedding store (.zarr)")

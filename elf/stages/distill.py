@@ -22,7 +22,6 @@ architecture is the init checkpoint's; the run's ``model`` settings must agree w
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from elf.artifacts.names import RUN_EMBEDDING, RUN_MODEL, RUN_SETTINGS, TOKENS_FILE
@@ -34,7 +33,7 @@ from elf.stages.train import add_device_arg
 
 def register(sub) -> None:
     p = sub.add_parser("distill", help="one progressive-distillation round: teacher + init → student",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--settings", required=True,
                    help="JSON with keys run, dataset, embedding, sizes, precision (run kind 'distill')")
     p.add_argument("--teacher", required=True, help="teacher run directory (frozen; EMA weights)")

@@ -1,4 +1,4 @@
-"""``elf embed``: one split of packed tokens -> its Zarr embedding store (spec §2, §8).
+r"""``elf embed``: one split of packed tokens -> its Zarr embedding store (spec §2, §8).
 
 Reads ``--tokens`` (the ``elf prepare`` DatasetDict and its provenance.json) and the encoder at
 ``--encoder``; writes ``--out``, a store laid out as ``elf/embed/store.py`` describes (embeddings in
@@ -42,7 +42,7 @@ CONTENT_SETTINGS = ("kind", "encoder", "dtype")
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("embed", help="cache the clean embeddings of one split in a Zarr store",
-                                   description=__doc__.split("\n\n")[0])
+                                   description=__doc__)
     parser.add_argument("--settings", help="EmbeddingSettings as JSON")
     parser.add_argument("--encoder", help="encoder folder or hub id (also sets the width of table kinds)")
     parser.add_argument("--tokens", help="packed-token DatasetDict folder (elf prepare --out)")

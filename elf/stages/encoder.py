@@ -1,4 +1,4 @@
-"""``elf encoder``: make the frozen T5 encoder that produces the clean embeddings (spec §2).
+r"""``elf encoder``: make the frozen T5 encoder that produces the clean embeddings (spec §2).
 
 Reads: ``--settings`` (``EncoderSettings`` JSON), ``--tokenizer`` (a saved tokenizer folder or hub id),
 ``--tokens`` (a packed ``DatasetDict`` saved with ``save_to_disk``; trained on its ``train`` split, columns
@@ -12,7 +12,7 @@ pretrained`` loads ``name_or_path`` from the hub (paper: ``t5-small``; needs net
 the tokenizer and stores a local copy, so later stages always read a folder.
 
 Example:
-    elf encoder --settings '{"d_model": 64, "steps": 300}' --tokenizer results/tokenizer \\
+    elf encoder --settings '{"d_model": 64, "steps": 300}' --tokenizer results/tokenizer \
         --tokens results/data/owt --out results/encoders/main
 """
 
@@ -33,9 +33,7 @@ from elf.stages.args import parse_settings
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "encoder", help="train (or fetch) the frozen T5 encoder",
-        description="Make the frozen T5 encoder behind the clean embeddings (spec §2): train a small "
-        "T5 with span corruption on the packed train split (source: build), or copy a pretrained one "
-        "(source: pretrained), and save its encoder with the tokenizer and provenance.json.")
+        description=__doc__)
     parser.add_argument("--settings", required=True, help="EncoderSettings as JSON")
     parser.add_argument("--tokenizer", required=True, help="tokenizer folder (or hub id)")
     parser.add_argument("--tokens", help="packed DatasetDict folder (required when source is build)")

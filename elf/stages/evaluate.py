@@ -1,4 +1,4 @@
-"""``elf evaluate``: one evaluation job — sample, score and aggregate several samplers of one run.
+r"""``elf evaluate``: one evaluation job — sample, score and aggregate several samplers of one run.
 
 For each sampler of ``--plan`` it runs, in this one process, ``elf sample`` (every seed), ``elf score``
 (one scorer load for the whole job) and ``elf aggregate`` (mean ± SE over the seeds), so the job pays
@@ -23,7 +23,6 @@ the finished seeds of the interrupted one (``elf sample``'s own resume).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -41,7 +40,7 @@ PLAN_KEYS = ("run", "task", "n", "batch_size", "score_batch_size", "precision", 
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="sample, score and aggregate several samplers of one run",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--plan", required=True, help="JSON: run, task, n, batch sizes, samplers (see above)")
     p.add_argument("--checkpoint", required=True, help="run directory (config.json + ema.safetensors)")
     p.add_argument("--tokenizer", required=True, help="tokenizer path or hub id")

@@ -1,4 +1,4 @@
-"""``elf prepare``: tokenise and pack one dataset into fixed-length model sequences (spec §2).
+r"""``elf prepare``: tokenise and pack one dataset into fixed-length model sequences (spec §2).
 
 Reads: ``--settings`` (``DatasetSettings`` JSON), ``--tokenizer`` (a saved tokenizer folder or hub id),
 ``--raw-root`` (the ``elf corpora`` folder; needed when the dataset's source is ``embedded``).
@@ -60,7 +60,7 @@ from elf.stages.args import parse_settings
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "prepare", help="tokenise and pack a dataset into model sequences",
-        description=__doc__.split("\n\n")[0])
+        description=__doc__)
     parser.add_argument("--settings", required=True, help="DatasetSettings as JSON")
     parser.add_argument("--tokenizer", required=True, help="tokenizer folder (or hub id)")
     parser.add_argument("--raw-root", help="embedded corpora folder (source: embedded)")

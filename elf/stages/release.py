@@ -1,4 +1,4 @@
-"""``elf release``: the authors' released checkpoint → a run directory, as if this pipeline trained it.
+r"""``elf release``: the authors' released checkpoint → a run directory, as if this pipeline trained it.
 
 The authors' layout (their ``save_checkpoint``; Hugging Face repos ``embedded-language-flows/ELF-B-owt-torch``,
 ``…/ELF-M-owt-torch``, ``…/ELF-L-owt-torch``, ``…/ELF-B-de-en-torch``, ``…/ELF-B-xsum-torch``,
@@ -22,7 +22,7 @@ checked ``config.yml`` entries). ``elf sample`` then treats the run like any tra
 Hub files are fetched with ``huggingface_hub.hf_hub_download`` at ``--revision`` (default: the run's
 ``released_revision``; cached under ``$HF_HOME``, see docs/cluster.md).
 
-    elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer hub:t5-small \\
+    elf release --source embedded-language-flows/ELF-B-owt-torch --tokenizer hub:t5-small \
         --settings '{"run": {"dataset": "owt", "kind": "released", ...}, "dataset": {...},
                      "embedding": {...}}' --out results/runs/R01_released
 
@@ -31,7 +31,6 @@ Hub files are fetched with ``huggingface_hub.hf_hub_download`` at ``--revision``
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path, PurePosixPath
@@ -51,7 +50,7 @@ HUB_ID = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)(?:/(?P<file>.+))?$")
 
 def register(sub) -> None:
     p = sub.add_parser("release", help="convert the authors' released checkpoint into a run",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--source", help="local file or folder, or Hugging Face id owner/name[/file] "
                    "(default: the run's `released` setting)")
     p.add_argument("--filename", help="file inside a Hub repo or folder (default: its highest "

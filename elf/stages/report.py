@@ -1,4 +1,4 @@
-"""``elf report``: render the paper's figures and tables from aggregated scores, the replication
+r"""``elf report``: render the paper's figures and tables from aggregated scores, the replication
 review and the manifest ``<out>/all``.
 
 Reads the evaluation folders under ``<evals-root>`` (``elf evaluate``: each (run, sampler)'s
@@ -43,8 +43,7 @@ from elf.io import sha256_file
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "report", help="figures, tables, replication review and manifest",
-        description=__doc__.split("\n\n")[0] + " Modes: --figure ID, --review, --manifest; "
-        "default renders everything and writes the manifest last.")
+        description=__doc__)
     experiment = parser.add_mutually_exclusive_group(required=True)
     experiment.add_argument("--config", help="experiment YAML or JSON (config/config.yaml)")
     experiment.add_argument("--settings", help="with --figure: the figure's slice of the config, JSON")

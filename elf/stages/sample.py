@@ -1,4 +1,4 @@
-"""``elf sample``: a run's checkpoint (EMA weights) + a named sampler setting + seeds → samples JSONL.
+r"""``elf sample``: a run's checkpoint (EMA weights) + a named sampler setting + seeds → samples JSONL.
 
 The file's first line is a provenance header (checkpoint sha256, run config hash = ``sha256_json`` of
 the checkpoint config's ``run``, sampler settings, seed, code version); each further line is one
@@ -24,7 +24,6 @@ The batches themselves are ``elf.flow.sampling``'s; this stage loads the inputs 
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
@@ -54,7 +53,7 @@ def parse_sampler(text: str) -> SamplerSettings:
 
 def register(sub) -> None:
     p = sub.add_parser("sample", help="sample one run with one sampler setting, for one or more seeds",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     add_rollout_args(p)
     p.add_argument("--run-name", default=None, help="the run's name in the config")
     p.add_argument("--seed", type=int, nargs="+", required=True,

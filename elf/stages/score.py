@@ -1,4 +1,4 @@
-"""``elf score``: score samples files (or real held-out text) and write their metrics JSON (spec §6).
+r"""``elf score``: score samples files (or real held-out text) and write their metrics JSON (spec §6).
 
 Reads a samples file (elf/evaluate/samples.py format) and, for unconditional samples, a scorer folder or
 hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomically):

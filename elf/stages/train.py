@@ -1,4 +1,4 @@
-"""``elf train``: an embedding store + a run's settings → a checkpoint directory.
+r"""``elf train``: an embedding store + a run's settings → a checkpoint directory.
 
 Reads ``--store`` (the dataset's train split, Zarr, see ``elf embed``), or with an uncached
 embedding ``--tokens`` (the packed token dataset, embedded per batch; kind ``learned``: embedded by a
@@ -16,7 +16,6 @@ Under ``torchrun`` it trains with DDP on every process of the job; with ``--devi
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from elf.cli import ElfError, device_errors
@@ -26,7 +25,7 @@ from elf.stages.args import TrainSettings, parse_train_settings
 
 def register(sub) -> None:
     p = sub.add_parser("train", help="train one run's network on an embedding store",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--settings", required=True,
                    help="JSON with keys run, dataset, embedding, sizes, precision (see `elf settings`)")
     source = p.add_mutually_exclusive_group(required=True)

@@ -1,4 +1,4 @@
-"""``elf trajectory``: one sampling rollout of a run's checkpoint, decoded along the way (paper F18).
+r"""``elf trajectory``: one sampling rollout of a run's checkpoint, decoded along the way (paper F18).
 
 Reads a run directory (config.json + EMA weights) and a tokenizer; writes one JSON file
 ``{"provenance": {...}, "steps": [{"t", "step", "state", "texts", "token_ids"}, ...]}`` atomically.
@@ -19,7 +19,6 @@ Unconditional runs only. The rollout and its decoding are ``elf.flow.sampling``'
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from elf.cli import ElfError, resolve_device
@@ -28,7 +27,7 @@ from elf.stages.sample import add_rollout_args, parse_sampler
 
 def register(sub) -> None:
     p = sub.add_parser("trajectory", help="decode x̂ along one sampling rollout (trajectory figure)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     add_rollout_args(p)
     p.add_argument("--seed", type=int, required=True, help="evaluation seed")
     p.add_argument("--n", type=int, default=1, help="sequences in the rollout batch")
