@@ -16,7 +16,8 @@ calls that differ on XLA. Every stage's ``--device`` goes through ``resolve``.
   The step is the single-device step on the whole micro-batch, to float rounding. (Per-device
   processes with ``xm.all_reduce`` cannot be tested here: XLA's CPU backend has no cross-process or
   cross-thread collectives, pytorch/xla#9089; SPMD runs on ``CPU_NUM_DEVICES`` > 1.) Multi-host pod
-  slices are refused (``DeviceError``): untested, and every host would write the run directory.
+  slices and torchrun are refused (``DeviceError``): every process would write the run directory
+  (and multi-host is untested).
 
 No torch_xla import happens unless an XLA device is asked for.
 """
@@ -119,6 +120,9 @@ def to_cpu(obj: Any) -> Any:
 def data_parallel_device() -> torch.device:
     """The XLA device of a training stage: with several XLA devices on this host, SPMD over all of
     them (module docstring; ``xr.use_spmd`` before any tensor is placed), else the one device."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise DeviceError("on xla one process trains over every XLA device of the host (SPMD): run "
+                          "the stage without torchrun")
     torch_xla = torch_xla_module()
     _persistent_cache(torch_xla)
     import torch_xla.runtime as xr

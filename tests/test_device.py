@@ -10,7 +10,7 @@ import torch
 
 from elf.cli import ElfError, main, resolve_device
 from elf.config import DistillSettings
-from elf.device import DeviceError, requested, resolve, to_cpu, wants_xla
+from elf.device import DeviceError, data_parallel_device, requested, resolve, to_cpu, wants_xla
 from elf.flow.distill import distill_step, draw_distill_step
 from elf.flow.objective import ObjectiveSettings, training_step
 from tests.artifact_world import distill_args, train_args
@@ -47,6 +47,12 @@ def test_a_training_stage_on_xla_without_torch_xla_fails_before_reading_anything
     assert main([*args, "--device", "xla"]) == 2
     assert f"elf {args[0]}: error: --device xla: device xla needs torch_xla" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def test_xla_training_under_torchrun_is_refused(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")  # each torchrun process would train over all devices and write
+    with pytest.raises(DeviceError, match="without torchrun"):
+        data_parallel_device()
 
 
 def test_an_unknown_device_is_an_elf_error():
