@@ -48,10 +48,6 @@ def requested(name: str) -> str:
     return name
 
 
-def wants_xla(name: str) -> bool:
-    return requested(name).split(":")[0] == "xla"
-
-
 def torch_xla_module():
     """``torch_xla``, imported; ``DeviceError`` when it is not installed."""
     try:

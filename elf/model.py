@@ -160,15 +160,18 @@ class RopeCache:
         if torch.compiler.is_compiling():
             return rope_tables(length, self.head_dim, self.theta, device, self.n_skip, False)
         key = (length, torch.device(device))
-        if key not in self.tables and key[1].type == "xla":
-            # Built on the host and moved: device data from the start. Built on the device, they
-            # would be computed inside the first forward's graph, which then differs from every
-            # later one's (one extra compilation per process: the first rollout's first step).
-            host = rope_tables(length, self.head_dim, self.theta, "cpu", self.n_skip, False)
-            self.tables[key] = Rope(host.cos.to(device), host.sin.to(device), None)
-        elif key not in self.tables:
-            self.tables[key] = rope_tables(length, self.head_dim, self.theta, device, self.n_skip)
+        if key not in self.tables:
+            self.tables[key] = self._build(length, key[1])
         return self.tables[key]
+
+    def _build(self, length: int, device: torch.device) -> Rope:
+        if device.type != "xla":
+            return rope_tables(length, self.head_dim, self.theta, device, self.n_skip)
+        # Built on the host and moved: device data from the start. Built on the device, they would
+        # be computed inside the first forward's graph, which then differs from every later one's
+        # (one extra compilation per process: the first rollout's first step).
+        host = rope_tables(length, self.head_dim, self.theta, "cpu", self.n_skip, False)
+        return Rope(host.cos.to(device), host.sin.to(device), None)
 
 
 def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.xla_util import DEVICE, compiles, fallbacks  # noqa: I001 (skips the module first)
+from tests.xla_util import DEVICE, compiles, fallbacks, on_cpu_then_xla  # noqa: I001 (skips the module first)
 
 import torch_xla
 
@@ -40,10 +40,8 @@ def fixture_rollout(name: str, device):
 
 @pytest.mark.parametrize("name", ["sampler_ode.pt", "sampler_cond_ode.pt"])
 def test_fixture_rollouts_on_xla_equal_the_cpu_ones_and_the_released_code(name):
-    fx, states_cpu, preds_cpu, ids_cpu, _ = fixture_rollout(name, "cpu")
-    before = fallbacks()
-    _, states, preds, ids, tokens = fixture_rollout(name, DEVICE)
-    assert fallbacks() == before, "an op of the rollout ran on the host"
+    (fx, states_cpu, preds_cpu, ids_cpu, _), (_, states, preds, ids, tokens) = \
+        on_cpu_then_xla(fixture_rollout, name)
     ex = fx["expected"]
     for k, (z_k, x_k) in enumerate(zip(states, preds)):
         torch.testing.assert_close(z_k, states_cpu[k], rtol=0, atol=1e-5)

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.xla_util import DEVICE, compiles, fallbacks  # noqa: I001 (skips the module first)
+from tests.xla_util import DEVICE, compiles, fallbacks, on_cpu_then_xla  # noqa: I001 (skips the module first)
 
 from elf.config import OptimSettings
 from elf.device import is_xla, sync, to_cpu
@@ -64,10 +64,8 @@ def fixture_step(name: str, device):
 
 @pytest.mark.parametrize("name", ["train_step_uncond.pt", "train_step_cond.pt"])
 def test_one_training_step_on_xla_equals_the_cpu_step(name):
-    fx, loss_cpu, grads_cpu, params_cpu, ema_cpu = fixture_step(name, "cpu")
-    before = fallbacks()
-    _, loss, grads, params, ema = fixture_step(name, DEVICE)
-    assert fallbacks() == before, "an op of the step ran on the host"
+    (fx, loss_cpu, grads_cpu, params_cpu, ema_cpu), (_, loss, grads, params, ema) = \
+        on_cpu_then_xla(fixture_step, name)
     assert loss.item() == pytest.approx(loss_cpu.item(), rel=STEP_TOL["loss_rel"])
     assert loss.item() == pytest.approx(fx["expected"]["loss"], rel=1e-5)
     for pname in params_cpu:

@@ -33,3 +33,13 @@ def fallbacks() -> dict[str, int]:
     ``_local_scalar_dense``: reading a finished value (a log line, a test's comparison)."""
     return {name: met.counter_value(name) for name in met.counter_names()
             if name.startswith("aten::") and name != "aten::_local_scalar_dense"}
+
+
+def on_cpu_then_xla(run, *args):
+    """``run(*args, "cpu")`` and ``run(*args, DEVICE)``, failing if an op of the XLA one ran on the
+    host (``fallbacks``)."""
+    cpu = run(*args, "cpu")
+    before = fallbacks()
+    xla = run(*args, DEVICE)
+    assert fallbacks() == before, f"an op of {run.__name__} ran on the host"
+    return cpu, xla

@@ -121,9 +121,10 @@ def train(model: torch.nn.Module, run: RunSettings, batches: BatchSource, out_di
     if micro_global * b.grad_accum != b.batch_size or micro_global % world_size:
         raise ValueError(f"batch_size {b.batch_size} must split into grad_accum {b.grad_accum} "
                          f"micro-batches divisible by {world_size} processes")
-    if micro_global % data_parallel_size(device):
-        raise ValueError(f"micro-batch {micro_global} does not split over the "
-                         f"{data_parallel_size(device)} XLA devices")
+    devices = data_parallel_size(device)
+    if micro_global % devices:
+        raise ValueError(f"batch_size {b.batch_size} / grad_accum {b.grad_accum}: micro-batch "
+                         f"{micro_global} does not split over the {devices} XLA devices")
     micro_local = micro_global // world_size
     model.to(device)
     generator = torch.Generator().manual_seed(b.seed)
