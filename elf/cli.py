@@ -7,39 +7,17 @@ collects them. Run ``elf <stage> --help`` for a stage's inputs, outputs and opti
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import sys
 
 from elf.errors import ElfError
 
-__all__ = ["ElfError", "build_parser", "device_errors", "main", "resolve_device"]
+__all__ = ["ElfError", "build_parser", "main"]
 
 # DAG order; each name is a module under elf.stages.
 STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
           "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit",
           "check", "schema")
-
-
-def resolve_device(name: str):
-    """A stage's ``--device`` as a ``torch.device`` (``elf.device.resolve``: ``auto`` → ``$ELF_DEVICE``,
-    else CUDA when available, else CPU; ``xla`` through torch_xla); an unavailable one is an ElfError."""
-    from elf.device import resolve
-
-    with device_errors(name):
-        return resolve(name)
-
-
-@contextlib.contextmanager
-def device_errors(name: str):
-    """An ``elf.device.DeviceError`` raised inside (torch_xla missing, a multi-host slice) becomes an
-    ElfError naming ``--device name``."""
-    from elf.device import DeviceError
-
-    try:
-        yield
-    except DeviceError as err:
-        raise ElfError(f"--device {name}: {err}") from err
 
 
 class StageParser(argparse.ArgumentParser):

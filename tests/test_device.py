@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from elf.cli import ElfError, main, resolve_device
+from elf.cli import ElfError, main
+from elf.stages.args import resolve_device
 from elf.config import DistillSettings
 from elf.device import DeviceError, data_parallel_device, requested, resolve, to_cpu
 from elf.flow.distill import distill_step, draw_distill_step

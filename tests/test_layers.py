@@ -10,15 +10,21 @@ one from a lower layer to a higher one fails, naming both. The layer map, bottom
     train     the network and the flow (model, flow, decoder) and their training (train)
     evaluate  Gen. PPL, entropy, BLEU / ROUGE, seed aggregates
     report    figures, tables, review, manifest; the audit (reads every record, renders nothing)
-    stages    the ``elf`` command and its subcommands, which wire the layers to files
+    stages    the subcommands, which wire the layers to files
+    command   the ``elf`` command, which loads the stage named on its command line
+
+The imports are read by ``elf.deps`` (the reading that gives each rule its code files): statements at
+module level and inside functions, relative imports and ``importlib.import_module`` (the command's
+dispatch to every stage, the report registry's templates), and the graph they make has no cycle.
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from elf import deps
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
@@ -29,16 +35,12 @@ LAYERS = [
     ("train", ("elf.model", "elf.flow", "elf.decoder", "elf.train")),
     ("evaluate", ("elf.evaluate",)),
     ("report", ("elf.report", "elf.audit")),
-    ("stages", ("elf.stages", "elf.cli", "elf.__main__")),
+    ("stages", ("elf.stages",)),
+    ("command", ("elf.cli", "elf.__main__")),
 ]
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-MODULES = {module_name(p): p for p in sorted((ROOT / "elf").rglob("*.py"))}
+MODULES = deps.package_modules()
 
 
 def layer_of(module: str) -> int:
@@ -53,19 +55,8 @@ def layer_of(module: str) -> int:
     return rank
 
 
-def imported(path: Path) -> set[str]:
-    """The ``elf`` modules a file imports (``from elf.x import y`` counts ``elf.x.y`` when that is a
-    module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "elf"}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and node.module.split(".")[0] == "elf":
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names
-                      if f"{node.module}.{alias.name}" in MODULES}
-    return found
+def imported(path: Path, module: str | None = None) -> set[str]:
+    return deps.imported(path, module or deps.module_name(path), MODULES)
 
 
 def test_every_module_has_a_layer():
@@ -84,8 +75,10 @@ def test_no_import_runs_back_up(module):
 def test_the_checker_sees_an_upward_import(tmp_path):
     """The reading itself: a function-level import from a higher layer is found."""
     path = tmp_path / "probe.py"
-    path.write_text("def f():\n    from elf.report import results\n    import elf.stages.train\n")
-    assert {"elf.report", "elf.report.results", "elf.stages.train"} <= imported(path)
+    path.write_text("def f():\n    from elf.report import results\n    import elf.stages.train\n"
+                    "    import importlib\n    importlib.import_module(f'elf.flow.{name}')\n")
+    assert {"elf.report", "elf.report.results", "elf.stages.train", "elf.flow.samplers"} <= \
+        imported(path, "elf.probe")
     assert layer_of("elf.report.results") > layer_of("elf.embed.store") > layer_of("elf.artifacts.names")
 
 
@@ -94,3 +87,4 @@ def test_no_module_over_500_lines():
     long = sorted(f"{module} ({n} lines)" for module, path in MODULES.items()
                   if (n := len(path.read_text().splitlines())) > 500)
     assert not long, f"modules over 500 lines: {', '.join(long)}"
+

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from elf import deps
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
@@ -83,36 +85,67 @@ def test_deleting_an_intermediate_rebuilds_only_it_and_dependents(ci_run):
     assert planned_rules(configfile) == set()
 
 
-@pytest.mark.parametrize("module, expected", [
-    ("elf/report/templates.py", {"figure", "table", "review", "manifest", "all"}),
-    # the trajectory (F18 in the CI config) is a rollout of the sampler too
-    ("elf/flow/samplers.py", {"evaluate", "trajectory", "figure", "table", "review", "manifest", "all"}),
-])
-def test_editing_code_reruns_only_the_rules_that_run_it(ci_run, module, expected):
-    _, configfile = ci_run
-    path = ROOT / module
-    text, stat = path.read_text(), path.stat()
-    try:  # a real edit: Snakemake 9 ignores a newer mtime when a small file's checksum is unchanged
-        path.write_text(text + "\n# edited by test_workflow\n")
-        assert planned_rules(configfile) == expected
-    finally:
-        path.write_text(text)
-        os.utime(path, (stat.st_atime, stat.st_mtime))
+def dry_run_jobs(configfile, *extra) -> list[dict]:
+    """Each job ``snakemake -n`` plans: its rule, wildcards, input and output files."""
+    proc = snakemake("-n", *extra, "--configfile", str(configfile))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = []
+    for line in proc.stdout.splitlines():
+        if re.match(r"(local)?rule \w+:", line):
+            jobs.append({"rule": line.split()[-1].rstrip(":"), "wildcards": "", "input": [], "output": [],
+                         "stage": None})
+        elif jobs and (m := re.match(r"\s+(wildcards|input|output): (.*)", line)):
+            key, value = m.groups()
+            jobs[-1][key] = value.strip() if key == "wildcards" else value.split(", ")
+        elif jobs and line.startswith("Shell command:"):  # the profile prints each job's command
+            found = re.search(r"(?:^|\s)(?:elf|-m elf) ([a-z]+) ", line.split(":", 1)[1] + " ")
+            jobs[-1]["stage"] = found.group(1) if found else None
+    return jobs
 
 
 def planned_jobs(configfile) -> set[tuple[str, str]]:
     """(rule, wildcards) of every job ``snakemake -n`` plans."""
-    proc = snakemake("-n", "--configfile", str(configfile))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs, rule = set(), None
-    for line in proc.stdout.splitlines() + ["rule end:"]:
-        if re.match(r"(local)?rule \w+:", line):
-            if rule:
-                jobs.add((rule, wildcards))
-            rule, wildcards = line.split()[-1].rstrip(":"), ""
-        elif line.strip().startswith("wildcards:"):
-            wildcards = line.split(":", 1)[1].strip()
+    return {(job["rule"], job["wildcards"]) for job in dry_run_jobs(configfile)}
+
+
+def jobs_running(jobs: list[dict], module: str) -> set[tuple[str, str]]:
+    """The jobs whose stage imports ``module`` (elf/deps.py), and every job that reads what one of
+    them writes."""
+    key = {id(job): (job["rule"], job["wildcards"]) for job in jobs}
+    writer = {out: key[id(job)] for job in jobs for out in job["output"]}
+    stale = {key[id(job)] for job in jobs if job["stage"] and module in deps.stage_modules(job["stage"])}
+    while more := {key[id(job)] for job in jobs if key[id(job)] not in stale
+                   and any(writer.get(name) in stale for name in job["input"])}:
+        stale |= more
+    return stale
+
+
+@pytest.fixture(scope="module")
+def every_job(ci_run):
+    """Every job of the CI DAG with its files and stage (``--forceall -n``): what an edit may rerun."""
+    jobs = dry_run_jobs(ci_run[1], "--forceall", "--printshellcmds")
+    assert sum(job["stage"] is not None for job in jobs) >= 30
     return jobs
+
+
+ELF_MODULES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "elf").rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", ELF_MODULES)
+def test_editing_any_module_plans_exactly_the_jobs_whose_stage_imports_it(ci_run, every_job, module):
+    """A comment appended to one module of elf/ (a real edit: Snakemake 9 ignores a newer mtime when a
+    small file's checksum is unchanged) plans the jobs whose stage imports it (elf/deps.py, declared by
+    code(stage)) and everything downstream of them; a module no stage imports plans nothing."""
+    _, configfile = ci_run
+    path = ROOT / module
+    expected = jobs_running(every_job, deps.module_name(path))
+    text, stat = path.read_text(), path.stat()
+    try:
+        path.write_text(text + "\n# edited by test_workflow\n")
+        assert planned_jobs(configfile) == expected
+    finally:
+        path.write_text(text)
+        os.utime(path, (stat.st_atime, stat.st_mtime))
 
 
 def test_editing_one_runs_setting_plans_only_that_runs_jobs_and_figures(ci_run, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from elf.artifacts import read_json
 from elf.artifacts.names import METRICS, PROVENANCE, SAMPLES_HEADER, SCORES
-from elf.cli import ElfError
+from elf.errors import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
 from elf.io import provenance, recorded_path, sha256_file, write_json
 

@@ -7,6 +7,7 @@ into the typed settings of ``elf.config``, refused in one line naming the option
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -70,3 +71,24 @@ def parse_train_settings(text: str) -> TrainSettings:
                        f"{', '.join(PRECISIONS)}")
     return TrainSettings(data["run"], data["dataset"], data["embedding"], data.get("sizes", {}),
                          precision)
+
+
+def resolve_device(name: str):
+    """A stage's ``--device`` as a ``torch.device`` (``elf.device.resolve``: ``auto`` → ``$ELF_DEVICE``,
+    else CUDA when available, else CPU; ``xla`` through torch_xla); an unavailable one is an ElfError."""
+    from elf.device import resolve
+
+    with device_errors(name):
+        return resolve(name)
+
+
+@contextlib.contextmanager
+def device_errors(name: str):
+    """An ``elf.device.DeviceError`` raised inside (torch_xla missing, a multi-host slice) becomes an
+    ElfError naming ``--device name``."""
+    from elf.device import DeviceError
+
+    try:
+        yield
+    except DeviceError as err:
+        raise ElfError(f"--device {name}: {err}") from err

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from elf.cli import ElfError
+from elf.errors import ElfError
 
 SHA_SHOWN = 16
 

@@ -10,7 +10,7 @@ one-line summary, or 2 with the refusal.
 
 from __future__ import annotations
 
-from elf.cli import ElfError
+from elf.errors import ElfError
 
 
 def register(sub) -> None:

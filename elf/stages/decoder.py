@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
 from elf.config import DatasetSettings, DecoderSettings, EmbeddingSettings, to_dict
-from elf.stages.args import parse_sections
+from elf.stages.args import parse_sections, resolve_device
 
 
 def register(sub) -> None:

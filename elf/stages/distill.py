@@ -26,8 +26,8 @@ from pathlib import Path
 
 from elf.artifacts.names import RUN_EMBEDDING, RUN_MODEL, RUN_SETTINGS, TOKENS_FILE
 from elf.artifacts.records import token_record
-from elf.cli import ElfError, device_errors
-from elf.stages.args import TrainSettings, parse_train_settings
+from elf.errors import ElfError
+from elf.stages.args import TrainSettings, device_errors, parse_train_settings
 from elf.stages.train import add_device_arg
 
 

@@ -31,10 +31,10 @@ from pathlib import Path
 
 from elf.artifacts.names import (ENCODER_WEIGHT_FILES, ENCODER_WEIGHTS_SHA256, PROVENANCE, STORE_ENCODER,
                                  STORE_SOURCE, STORE_TOKENIZER, TOKENIZER_SHA256)
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
 from elf.config import EmbeddingSettings, to_dict
 from elf.io import provenance, sha256_file, sha256_json
-from elf.stages.args import parse_settings
+from elf.stages.args import parse_settings, resolve_device
 
 # Only these settings change the stored values; normalisation is applied when reading.
 CONTENT_SETTINGS = ("kind", "encoder", "dtype")

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from elf.artifacts.names import PROVENANCE_FILE
-from elf.cli import ElfError
+from elf.errors import ElfError
 from elf.config import EncoderSettings, to_dict
 from elf.io import atomic_dir, provenance, write_json
 from elf.stages.args import parse_settings

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elf.artifacts import layout
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
+from elf.stages.args import resolve_device
 from elf.io import atomic_dir, output_lock, write_json
 
 DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs

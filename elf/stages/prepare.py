@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from elf.artifacts.names import PROVENANCE_FILE, TOKENIZER_SHA256
-from elf.cli import ElfError
+from elf.errors import ElfError
 from elf.config import DatasetSettings, to_dict
 from elf.io import atomic_dir, provenance, write_json
 from elf.stages.args import parse_settings

@@ -36,7 +36,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from elf.cli import ElfError
+from elf.errors import ElfError
 from elf.config import to_dict
 from elf.stages.args import TrainSettings, parse_train_settings
 

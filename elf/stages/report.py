@@ -35,7 +35,7 @@ import yaml
 from tqdm import tqdm
 
 from elf.artifacts.layout import TRENDS_FILE, review_paths
-from elf.cli import ElfError
+from elf.errors import ElfError
 from elf.config import ConfigError, Experiment, parse_experiment
 from elf.io import sha256_file
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from elf.artifacts import layout
 from elf.artifacts.names import PROVENANCE, RUN_DATASET, RUN_MODEL, RUN_SETTINGS
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
 from elf.config import PRECISIONS, SamplerSettings
-from elf.stages.args import parse_settings
+from elf.stages.args import parse_settings, resolve_device
 
 
 def add_rollout_args(p) -> None:

@@ -40,7 +40,8 @@ from pathlib import Path
 
 from elf.artifacts.names import (METRICS, PER_SAMPLE, PROVENANCE, REFERENCE_KIND, REFERENCE_TOKENIZER,
                                  SAMPLES_HEADER, SAMPLES_SHA256, SCORED_SAMPLES, SCORER, TEXTS_SHA256)
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
+from elf.stages.args import resolve_device
 from elf.config import PRECISIONS
 from elf.io import atomic_dir, provenance, recorded_path, sha256_file, write_json
 

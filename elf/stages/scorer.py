@@ -11,9 +11,9 @@ Writes ``--out``: ``save_pretrained`` model + tokenizer and ``provenance.json`` 
 
 from __future__ import annotations
 
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
 from elf.config import ScorerSettings, to_dict
-from elf.stages.args import parse_settings
+from elf.stages.args import parse_settings, resolve_device
 from elf.artifacts.records import SamplesFormatError, texts_sha256
 from elf.evaluate.samples import read_text_column
 from elf.io import provenance

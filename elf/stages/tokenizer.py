@@ -16,7 +16,7 @@ from pathlib import Path
 
 from elf.artifacts.names import PROVENANCE_FILE
 from elf.artifacts.records import folder_sha256
-from elf.cli import ElfError
+from elf.errors import ElfError
 from elf.config import TokenizerSettings, to_dict
 from elf.io import atomic_dir, provenance, write_json
 from elf.stages.args import parse_settings

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elf.cli import ElfError, device_errors
+from elf.errors import ElfError
 from elf.config import EmbeddingSettings, RunSettings, to_dict
-from elf.stages.args import TrainSettings, parse_train_settings
+from elf.stages.args import TrainSettings, device_errors, parse_train_settings
 
 
 def register(sub) -> None:

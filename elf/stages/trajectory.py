@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from elf.cli import ElfError, resolve_device
+from elf.errors import ElfError
+from elf.stages.args import resolve_device
 from elf.stages.sample import add_rollout_args, parse_sampler
 
 

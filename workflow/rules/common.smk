@@ -9,7 +9,7 @@ from pathlib import Path
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from elf import plan
+from elf import deps, plan
 from elf.config import ConfigError
 from elf.validate import validate_workflow_config
 
@@ -32,7 +32,7 @@ def needs(fid, kind):
 
 PLAN = plan.Dag(EXP, needs)
 R, P = PLAN.R, PLAN.P
-# The jobs run this checkout's elf/ (the files code() declares), installed or not, PYTHONPATH naming
+# The jobs run this checkout's elf/ (the files code() derives), installed or not, PYTHONPATH naming
 # it. Under --sdm conda their environment (envs/elf.yaml) holds the pinned dependencies only, and `elf`
 # is `python -m elf`.
 ENV = str(Path(workflow.basedir) / "envs" / "elf.yaml")
@@ -45,22 +45,10 @@ PREFIX = (
 )
 
 
-def code(*modules):
-    """The elf/ source files a stage runs (editing them reruns its jobs and whatever depends on them)."""
-    files = [
-        ELF / "__init__.py",
-        ELF / "cli.py",
-        ELF / "errors.py",
-        ELF / "config.py",
-        ELF / "typed.py",
-        ELF / "device.py",
-        ELF / "io.py",
-        *sorted((ELF / "artifacts").glob("*.py")),
-    ]
-    for module in modules:
-        path = ELF / module
-        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
-    return [str(f) for f in files]
+def code(stage):
+    """The elf/ files `elf <stage>` runs, read from its imports (elf/deps.py): editing one reruns the
+    jobs of every rule whose stage imports it, and whatever depends on their outputs."""
+    return [str(path) for path in deps.stage_files(stage)]
 
 
 def torch_threads(wildcards, threads, resources):

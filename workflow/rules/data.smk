@@ -6,7 +6,7 @@ rule corpora:
     conda:
         ENV
     input:
-        code("data/corpora.py", "data/grammar.py", "stages/corpora.py"),
+        code("corpora"),
     output:
         directory(f"{R}/data/corpora"),
     params:
@@ -22,7 +22,7 @@ rule tokenizer:
     conda:
         ENV
     input:
-        code("data/tokenizer.py", "stages/tokenizer.py"),
+        code("tokenizer"),
         corpora=rules.corpora.output,
     output:
         directory(f"{R}/models/tokenizer"),
@@ -41,7 +41,7 @@ rule prepare:
     conda:
         ENV
     input:
-        code("data", "stages/prepare.py", "stages/args.py"),
+        code("prepare"),
         tok=PLAN.tokenizer_input,
         corpora=lambda w: PLAN.corpora_input(w.dataset),
     output:
@@ -63,7 +63,7 @@ rule encoder:
     conda:
         ENV
     input:
-        code("embed/encoder.py", "stages/encoder.py"),
+        code("encoder"),
         tok=PLAN.tokenizer_input,
         tokens=f"{R}/data/owt/tokens",
     output:
@@ -84,7 +84,7 @@ rule scorer:
     conda:
         ENV
     input:
-        code("evaluate/scorer.py", "stages/scorer.py"),
+        code("scorer"),
         corpora=f"{R}/data/corpora" if EXP.scorer.source == "build" else [],
     output:
         directory(PLAN.scorer),

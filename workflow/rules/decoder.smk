@@ -7,7 +7,7 @@ rule decoder:
     conda:
         ENV
     input:
-        code("decoder.py", "model.py", "flow", "embed/reader.py", "embed/kinds.py", "stages/decoder.py"),
+        code("decoder"),
         store=lambda w: PLAN.decoder_store(w.name),
         tok=PLAN.tokenizer_input,
     output:

@@ -11,17 +11,7 @@ rule distill:
     priority: 50  # the rounds are a chain: the critical path
     input:
         unpack(PLAN.distill_inputs),
-        code(
-            "model.py",
-            "precision.py",
-            "flow/paths.py",
-            "flow/objective.py",
-            "flow/distill.py",
-            "train",
-            "embed/reader.py",
-            "stages/train.py",
-            "stages/distill.py",
-        ),
+        code("distill"),
         tok=PLAN.tokenizer_input,
     output:
         ema=f"{R}/runs/{{run}}/ema.safetensors",

@@ -13,7 +13,7 @@ rule embed:
     conda:
         ENV
     input:
-        code("embed", "stages/embed.py"),
+        code("embed"),
         tokens=f"{R}/data/{{dataset}}/tokens",
         encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
@@ -37,7 +37,7 @@ rule embed_shard:
     conda:
         ENV
     input:
-        code("embed", "stages/embed.py"),
+        code("embed"),
         tokens=f"{R}/data/{{dataset}}/tokens",
         encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
@@ -66,7 +66,7 @@ rule embed_gather:
     conda:
         ENV
     input:
-        code("embed", "stages/embed.py"),
+        code("embed"),
         shards=PLAN.embed_shard_markers,
     output:
         directory(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr"),

@@ -10,23 +10,7 @@ rule evaluate:
         ENV
     input:
         unpack(PLAN.eval_data_inputs),
-        code(
-            "model.py",
-            "precision.py",
-            "plan.py",
-            "flow/__init__.py",
-            "flow/paths.py",
-            "flow/samplers.py",
-            "flow/sampling.py",
-            "decoder.py",
-            "train/checkpoint.py",
-            "evaluate",
-            "stages/args.py",
-            "stages/sample.py",
-            "stages/score.py",
-            "stages/aggregate.py",
-            "stages/evaluate.py",
-        ),
+        code("evaluate"),
         tok=PLAN.tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
         decoder=PLAN.decoder_input,
@@ -61,18 +45,7 @@ rule trajectory:
     conda:
         ENV
     input:
-        code(
-            "model.py",
-            "precision.py",
-            "flow/__init__.py",
-            "flow/paths.py",
-            "flow/samplers.py",
-            "flow/sampling.py",
-            "train/checkpoint.py",
-            "stages/args.py",
-            "stages/sample.py",
-            "stages/trajectory.py",
-        ),
+        code("trajectory"),
         tok=PLAN.tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
     output:

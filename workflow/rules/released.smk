@@ -14,7 +14,7 @@ rule released:
     conda:
         ENV
     input:
-        code("model.py", "hub.py", "train/checkpoint.py", "train/released.py", "stages/release.py"),
+        code("release"),
         tok=PLAN.tokenizer_input,
         source=PLAN.released_source,
     output:

@@ -36,7 +36,7 @@ rule figure:
     conda:
         ENV
     input:
-        code("report", "plan.py", "model.py", "stages/report.py"),
+        code("report"),
         "config/paper_values.yaml",
         evals=lambda w: PLAN.evals_for(w.fid),
         dataset=lambda w: PLAN.dataset_scores_for(w.fid),
@@ -63,7 +63,7 @@ rule table:
     conda:
         ENV
     input:
-        code("report", "plan.py", "model.py", "stages/report.py"),
+        code("report"),
         "config/paper_values.yaml",
         evals=lambda w: PLAN.evals_for(w.fid),
         runs=lambda w: PLAN.run_metadata_for(w.fid),
@@ -90,7 +90,7 @@ rule review:
     conda:
         ENV
     input:
-        code("report", "plan.py", "model.py", "stages/report.py"),
+        code("report"),
         "config/paper_values.yaml",
         PLAN.review_inputs(),
         experiment=rules.experiment.output,

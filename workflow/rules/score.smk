@@ -8,7 +8,7 @@ rule score_dataset:
     conda:
         ENV
     input:
-        code("evaluate", "precision.py", "stages/score.py", "data/tokenizer.py"),
+        code("score"),
         tok=PLAN.tokenizer_input,
         tokens=f"{R}/data/{{dataset}}/tokens",
         scorer=PLAN.scorer,

@@ -8,17 +8,7 @@ rule train:
     priority: PLAN.train_priority
     input:
         unpack(PLAN.train_data),
-        code(
-            "model.py",
-            "precision.py",
-            "flow/__init__.py",
-            "flow/paths.py",
-            "flow/objective.py",
-            "train",
-            "embed/reader.py",
-            "embed/kinds.py",
-            "stages/train.py",
-        ),
+        code("train"),
         tok=PLAN.tokenizer_input,
     output:
         f"{R}/runs/{{run}}/ema.safetensors",
