@@ -5,14 +5,14 @@ editing a module reruns exactly the jobs whose stage imports it, and what reads 
 ``stage_files("train")`` is the closure of ``elf.__main__``, ``elf.cli`` and ``elf.stages.train``
 over every import this module can see:
 
-- ``import elf.x.y`` and ``from elf.x import y`` (``elf.x.y`` when that is a module), relative
+- ``import elf.embed.store`` and ``from elf.embed import store`` (a module when ``store`` is one), relative
   imports, at module level and inside functions (``ast.walk``: the lazy imports that keep a job's
   start-up light run when the job does);
-- ``importlib.import_module("elf.x")``, and ``importlib.import_module(f"elf.report.{name}")``: an
+- ``importlib.import_module("elf.plan")``, and ``importlib.import_module(f"elf.report.{name}")``: an
   f-string's constant head names a package, and every module under it counts (the report's
   templates, loaded by name from its registry);
-- the packages above each module (importing ``elf.x.y`` runs ``elf/__init__.py`` and
-  ``elf/x/__init__.py``).
+- the packages above each module (importing ``elf.embed.store`` runs ``elf/__init__.py`` and
+  ``elf/embed/__init__.py``).
 
 The command's own dispatch, ``importlib.import_module(f"elf.stages.{name}")`` in ``elf.cli``, is not
 followed: the stage a job runs is its root, and a job runs no other stage unless that stage imports it.

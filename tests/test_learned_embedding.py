@@ -1,4 +1,4 @@
-"""Embedding kind ``learned`` (R10, elf.train.learned.py): a table trained with the flow, tied to the
+"""Embedding kind ``learned`` (R10, elf/train/learned.py): a table trained with the flow, tied to the
 unembedding and renormalised after every step; its gradients, decode, checkpoint and ``elf train``."""
 
 from __future__ import annotations

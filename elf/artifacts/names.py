@@ -1,6 +1,6 @@
 """The names one stage writes and another reads: file names, store attributes, record keys and the
 fields of provenance headers. Spelled here once; writers, readers, the audit and the report import
-them (``tests/test_artifacts.py`` fails on a contract name spelled out anywhere else in ``elf/``).
+them rather than spelling a name again.
 
 Each group says who writes it and who reads it.
 """

@@ -9,7 +9,7 @@ RAW (unnormalised) float32 embeddings (B, L, dim); ``normalise`` applies the con
 | ``encoder``     | ``ContextualEncoder``: T5 encoder last hidden state (after its final norm) | yes | yes |
 | ``token_table`` | ``TokenTable``: the same encoder's token-embedding table | no | yes |
 | ``gaussian``    | ``GaussianTable``: a frozen N(0, 1) table | no | yes |
-| ``learned``     | none here: the decode head's unembedding, trained with the flow (``elf.train.learned.py``) | no | no |
+| ``learned``     | none here: the decode head's unembedding, trained with the flow (``elf/train/learned.py``) | no | no |
 
 No file I/O apart from ``build_embedder`` loading an encoder folder. The cache stage (``elf embed``) runs a
 cacheable embedder over a packed dataset; kind ``learned`` is embedded by the training stage.
@@ -95,7 +95,7 @@ def build_embedder(settings: EmbeddingSettings, encoder_path: str | None, vocab_
                    seed: int = 0, dim: int | None = None) -> Embedder:
     """The embedder ``settings.kind`` names. ``encoder_path`` (a hub id or saved folder) is required for
     ``encoder`` / ``token_table``; for ``gaussian`` it only sets the width (the paper compares kinds at
-    the encoder's width), else pass ``dim``. Kind ``learned`` has no embedder (``elf.train.learned.py``). Raises ValueError when the encoder has fewer
+    the encoder's width), else pass ``dim``. Kind ``learned`` has no embedder (``elf/train/learned.py``). Raises ValueError when the encoder has fewer
     embedding rows than ``vocab_size``."""
     if settings.kind in ("encoder", "token_table"):
         if encoder_path is None:

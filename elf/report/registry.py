@@ -4,7 +4,7 @@
 The config names the ids (``figures``: each with its ``kind``, runs and samplers); this registry says
 how to render one. An id it does not list is rendered by the fallback of its kind (``generic_figure``,
 ``generic_table``), so a new id in the config never stops the report. The workflow reads ``needs``
-to declare each figure's inputs (``elf.plan.figure_inputs``), so no figure id is spelled in a rule.
+to declare each figure's inputs (``elf.plan.Dag.figure_files``), so no figure id is spelled in a rule.
 
 Light on purpose: the workflow imports it while parsing, so a template is named here as
 ``module.function`` under ``elf.report`` and imported only when drawn (``template``).

@@ -13,7 +13,7 @@ the lower value. With Δ = metric(lower) − metric(higher):
   **holds**: Δ̄ < −margin, and (paired) every training seed has Δ_k < 0;
   **does not hold**: Δ̄ > +margin, and (paired) every Δ_k > 0;
   **not resolved**: otherwise.
-No I/O: ``check_trends`` takes the loaded aggregate rows (``elf.report.loading.load_rows``).
+No I/O: ``check_trends`` takes the loaded aggregate rows (``elf.report.results.load_rows``).
 """
 
 from __future__ import annotations

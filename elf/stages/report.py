@@ -9,7 +9,7 @@ the configuration tables, the token bars and the review's configuration checks),
 ``<trajectories-root>/<run>/<sampler>.json`` (``elf trajectory``, for a figure that shows one), the
 paper's values (``config/paper_values.yaml``) and the experiment: ``--config`` (a config file, or
 the workflow's ``experiment.json``) or, for one figure, ``--settings`` (the slice of the config it
-uses, ``elf.plan.figure_settings``: the workflow passes it, so a figure reruns only when its slice
+uses, ``elf.plan.figure_config``: the workflow passes it, so a figure reruns only when its slice
 changes). What each id reads is its registry entry's (``elf/report/registry.py``). Writes, atomically,
 under ``--out`` (default: the config's ``reports``):
   figures/<id>.png, figures/<id>.csv (plotted numbers), figures/<id>.json (provenance)

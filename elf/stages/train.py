@@ -2,14 +2,15 @@ r"""``elf train``: an embedding store + a run's settings → a checkpoint direct
 
 Reads ``--store`` (the dataset's train split, Zarr, see ``elf embed``), or with an uncached
 embedding ``--tokens`` (the packed token dataset, embedded per batch; kind ``learned``: embedded by a
-table trained with the network, ``elf.train.learned.py``, as wide as ``--encoder``), and the
+table trained with the network, ``elf/train/learned.py``, as wide as ``--encoder``), and the
 tokenizer (for the vocabulary size); writes ``--out``/``{ema,model}.safetensors``, ``config.json``,
 ``train_log.jsonl`` and, while running, ``resume/`` (a rerun of a killed job continues from it).
 Under ``torchrun`` it trains with DDP on every process of the job; with ``--device xla`` (or
 ``ELF_DEVICE=xla``) in one process, data parallel (SPMD) over every XLA device of the host
-(``elf.device``):
+(``elf.device``). ``$SETTINGS`` is the JSON the workflow passes the run's job (``snakemake -n -p``
+prints each job's command):
 
-    elf train --settings "$(elf settings --config config/config.yaml --run base)" \
+    elf train --settings "$SETTINGS" \
         --store results/embeddings/owt/encoder/train.zarr --tokenizer results/models/tokenizer \
         --out results/runs/base
 """
@@ -27,7 +28,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train one run's network on an embedding store",
                        description=__doc__)
     p.add_argument("--settings", required=True,
-                   help="JSON with keys run, dataset, embedding, sizes, precision (see `elf settings`)")
+                   help="JSON with keys run, dataset, embedding, sizes, precision (as `snakemake -n -p` prints it for the run's job)")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--store", help="train-split embedding store (.zarr): cached embeddings")
     source.add_argument("--tokens", help="packed token dir: embed on the fly (embedding cache: false)")
