@@ -85,6 +85,16 @@ def _score_file(samples: str, out: str, seed: int) -> None:
     write_json(out, {"provenance": record, "samples_provenance": header, "metrics": metrics})
 
 
+def train_settings(embedding: EmbeddingSettings) -> dict:
+    run = RunSettings(dataset="toy", embedding="gaussian", model=ModelSettings(size="tiny", bottleneck=8),
+                      optim=OptimSettings(blr=0.01),
+                      budget=BudgetSettings(batch_size=4, steps=2, log_every=1))
+    return {"run": to_dict(run), "embedding": to_dict(embedding),
+            "dataset": to_dict(DatasetSettings(task="unconditional", source="embedded", name="toy",
+                                               max_length=L)),
+            "sizes": {"tiny": {"depth": 1, "width": 16, "heads": 2}}}
+
+
 def build_chain() -> None:
     """Every link from the packed tokens to a figure sidecar, in the current directory."""
     vocab = _tokenizer("results/models/tokenizer")
@@ -95,14 +105,7 @@ def build_chain() -> None:
     _stage("embed", "--settings", json.dumps(to_dict(embedding)), "--encoder", "results/models/encoder-main",
            "--tokens", "results/data/toy/tokens", "--split", "train", "--out", store,
            "--tokenizer", "results/models/tokenizer")
-    run = RunSettings(dataset="toy", embedding="gaussian", model=ModelSettings(size="tiny", bottleneck=8),
-                      optim=OptimSettings(blr=0.01),
-                      budget=BudgetSettings(batch_size=4, steps=2, log_every=1))
-    settings = {"run": to_dict(run), "embedding": to_dict(embedding),
-                "dataset": to_dict(DatasetSettings(task="unconditional", source="embedded", name="toy",
-                                                   max_length=L)),
-                "sizes": {"tiny": {"depth": 1, "width": 16, "heads": 2}}}
-    _stage("train", "--settings", json.dumps(settings), "--store", store, "--tokenizer",
+    _stage("train", "--settings", json.dumps(train_settings(embedding)), "--store", store, "--tokenizer",
            "results/models/tokenizer", "--out", "results/runs/base", "--no-progress")
     Path("results/models/scorer").mkdir(parents=True)
     Path("results/models/scorer/model.safetensors").write_bytes(b"stand-in scorer weights")
@@ -294,6 +297,27 @@ def test_re_embedded_store_fails(chain_dir):
     group.attrs.update({"normalization_stats": stats})
     broken = pv.audit(chain_dir / FIGURE, root=chain_dir).broken()
     assert [(l.kind, l.status) for l in broken] == [("embedding store", pv.CHANGED)]
+
+
+def test_a_damaged_chunk_file_is_refused_by_the_audit_and_by_training(chain_dir, capsys):
+    """One verifier for a store (elf.artifacts.store_problems): what `elf train` refuses, the audit
+    reports, with the same words."""
+    store = chain_dir / "results/embeddings/toy/gaussian/train.zarr"
+    chunk = max((p for p in store.rglob("*") if p.is_file() and p.name != "zarr.json"),
+                key=lambda p: p.stat().st_size)
+    chunk.write_bytes(chunk.read_bytes()[:-1])
+    broken = pv.audit(chain_dir / FIGURE, root=chain_dir).broken()
+    assert [(l.kind, l.status) for l in broken] == [("embedding store", pv.BROKEN)]
+    assert "a chunk file is missing or truncated" in " ".join(broken[0].problems)
+    embedding = EmbeddingSettings(kind="gaussian", normalization="scalar", dtype="float16")
+    args = ["train", "--settings", json.dumps(train_settings(embedding)),
+            "--store", str(store), "--tokenizer", str(chain_dir / "results/models/tokenizer"),
+            "--out", str(chain_dir / "results/runs/again"), "--no-progress"]
+    capsys.readouterr()
+    assert elf_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a chunk file is missing or truncated" in err
+    assert not (chain_dir / "results/runs/again").exists()
 
 
 def test_store_identity_other_than_the_checkpoint_recorded_fails(chain_dir):

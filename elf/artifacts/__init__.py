@@ -11,9 +11,9 @@
 
 from elf.artifacts.checks import (TOKEN_HASH_LIMIT, ArtifactError, MissingArtifactError, check_samples_header,
                                   check_store, check_tokenizer, file_sha256, load_safetensors, mismatch,
-                                  read_json, short, store_files, tokenizer_sha256, tokens_tokenizer,
+                                  read_json, short, store_files, store_problems, tokenizer_sha256, tokens_tokenizer,
                                   verified_sha256, write_checksums)
 
 __all__ = ["TOKEN_HASH_LIMIT", "ArtifactError", "MissingArtifactError", "check_samples_header", "check_store",
            "check_tokenizer", "file_sha256", "load_safetensors", "mismatch", "read_json", "short",
-           "store_files", "tokenizer_sha256", "tokens_tokenizer", "verified_sha256", "write_checksums"]
+           "store_files", "store_problems", "tokenizer_sha256", "tokens_tokenizer", "verified_sha256", "write_checksums"]

@@ -154,27 +154,38 @@ def store_files(root: str | os.PathLike) -> dict[str, list[int]]:
     return files
 
 
-def check_store(root: str | os.PathLike, attrs: dict) -> None:
-    """A complete store: statistics, checksum, and each array's data files as finalize counted them."""
+def store_problems(root: str | os.PathLike, attrs: dict) -> list[ArtifactError]:
+    """Every problem of a store marked complete: statistics, checksum, and each array's data files as
+    finalize counted them (``elf audit`` reports them all; a stage refuses the first)."""
     root = Path(root)
     again = f"re-embed it (delete {root} and rerun its embed rule)"
+    problems = []
     missing = [k for k in (STORE_STATS, STORE_TOKEN_IDS_SHA256) if k not in attrs]
     if missing:
-        raise ArtifactError(f"embedding store {root} is marked complete but lacks {', '.join(missing)}; "
-                            f"{again}")
+        problems.append(ArtifactError(f"embedding store {root} is marked complete but lacks "
+                                      f"{', '.join(missing)}; {again}"))
     recorded = attrs.get(STORE_FILES)
     if not isinstance(recorded, dict):
-        raise ArtifactError(f"embedding store {root} has no '{STORE_FILES}' record to verify its chunk "
-                            f"files against (finalized by an older elf); `elf embed --finalize --out "
-                            f"{root}` records them as they are now, or {again}")
+        return problems + [ArtifactError(
+            f"embedding store {root} has no '{STORE_FILES}' record to verify its chunk files against "
+            f"(finalized by an older elf); `elf embed --finalize --out {root}` records them as they "
+            f"are now, or {again}")]
     found = store_files(root)
     for array, (count, size) in recorded.items():
         if found.get(array) != [count, size]:
             have = found.get(array, [0, 0])
-            raise mismatch(f"embedding store {root}: array {array}",
-                           f"{have[0]} data files of {have[1]} bytes",
-                           f"{count} files of {size} bytes at finalize",
-                           f"a chunk file is missing or truncated (zarr would read zeros); {again}")
+            problems.append(mismatch(f"embedding store {root}: array {array}",
+                                     f"{have[0]} data files of {have[1]} bytes",
+                                     f"{count} files of {size} bytes at finalize",
+                                     f"a chunk file is missing or truncated (zarr would read zeros); "
+                                     f"{again}"))
+    return problems
+
+
+def check_store(root: str | os.PathLike, attrs: dict) -> None:
+    """A complete store, verified: its first problem (``store_problems``) raised."""
+    if problems := store_problems(root, attrs):
+        raise problems[0]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from elf.artifacts.names import (DATASETS_FINGERPRINT, EMA_WEIGHTS, ENCODER_WEIG
                                  STORE_IDENTITY, STORE_IDENTITY_SHA256, STORE_LAYOUT, STORE_SOURCE,
                                  STORE_STATS, STORE_TOKEN_IDS_SHA256, STORE_TOKENIZER, TOKENIZER_FILE,
                                  TOKENIZER_SHA256)
+from elf.artifacts.checks import store_problems
 from elf.audit.base import TracerBase
 from elf.audit.links import BROKEN, CHANGED, MISSING, NAMED, NOT_RECORDED, Link
 from elf.io import read_json, sha256_json
@@ -97,6 +98,9 @@ class InputLinks(TracerBase):
                           "code_version": attrs.get("code_version")})
         if not attrs.get(STORE_COMPLETE):
             link.fail(BROKEN, "the store is incomplete (no completion marker)")
+        else:  # what a stage reading it checks (elf.artifacts.store_problems), every problem listed
+            for problem in store_problems(folder, attrs):
+                link.fail(BROKEN, str(problem))
         if recorded_identity is not None:
             self.compare(link, link.sha256, recorded_identity)
         elif recorded_stats is None:
