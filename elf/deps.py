@@ -68,7 +68,13 @@ def _dynamic_target(call: ast.Call) -> tuple[str, bool] | None:
 
 def read_imports(path: Path, module: str, modules: dict[str, Path]) -> tuple[set[str], set[str]]:
     """The package modules a file imports: (by ``import`` statements, lazy and relative ones
-    included; by ``importlib.import_module``)."""
+    included; by ``importlib.import_module``). Each file is read once per process."""
+    return _read_imports(path, module, tuple(sorted(modules)))
+
+
+@lru_cache(maxsize=None)
+def _read_imports(path: Path, module: str, names: tuple[str, ...]) -> tuple[frozenset, frozenset]:
+    modules = set(names)
     root = module.split(".")[0]
     is_package = path.name == "__init__.py"
     static: set[str] = set()
@@ -86,7 +92,7 @@ def read_imports(path: Path, module: str, modules: dict[str, Path]) -> tuple[set
             name, exact = target
             if name.split(".")[0] == root:
                 dynamic.update([name] if exact else (m for m in modules if m.startswith(name)))
-    return static & modules.keys(), dynamic & modules.keys()
+    return frozenset(static & modules), frozenset(dynamic & modules)
 
 
 def imported(path: Path, module: str | None = None, modules: dict[str, Path] | None = None) -> set[str]:
