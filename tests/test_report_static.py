@@ -306,7 +306,7 @@ def test_review_lists_configuration_checks_apart(setup):
     assert f"| T8 | arithmetic | ELF-B training tokens (B) | base | 45.2 | " \
            f"{BASE_TOKENS / 1e9:.3g} | no |" in md
     assert "| T7 | configuration | Optimiser | base | Muon | muon | yes |" in md
-    assert "Paper values compared: 2;" in md  # F1's T9 32-step Gen. PPL and entropy only
+    assert "Paper values compared: 2:" in md  # F1's T9 32-step Gen. PPL and entropy only
 
 
 def test_configuration_checks_accept_the_papers_own_settings(setup):

@@ -20,6 +20,7 @@ from elf.evaluate.genppl import GPT2_CONTEXT, gen_ppl
 from elf.artifacts.records import read_samples, write_samples
 from elf.evaluate.scorer import (EOS_TOKEN, load_scorer, pack_documents, save_scorer,
                                  train_bpe_tokenizer, train_scorer_model)
+from elf.evaluate.uncertainty import mean_se, ratio_ppl_se
 from elf.io import read_json, sha256_file
 from elf.stages import score as score_stage
 
@@ -116,6 +117,12 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
     assert metrics["entropy"] == pytest.approx(text_entropy(texts, tokenizer, max_length=32)["entropy"])
     assert metrics["entropy"] != pytest.approx(text_entropy(texts, tokenizer)["entropy"])
     assert metrics["n_samples"] == 8 and metrics["n_empty"] == 1
+    # the SEs over the samples (elf/evaluate/uncertainty.py), from the same per-sample values
+    kept = [k for k, v in enumerate(expected["per_sample_tokens"]) if v is not None]
+    assert len(kept) == 7 and metrics["gen_ppl_se"] == pytest.approx(ratio_ppl_se(
+        [expected["per_sample_nll"][k] for k in kept], [expected["per_sample_tokens"][k] for k in kept]))
+    assert metrics["gen_ppl_se"] > 0 and metrics["entropy_se"] == pytest.approx(
+        mean_se(text_entropy(texts, tokenizer, max_length=32)["per_sample"]))
     assert score["samples_provenance"] == header
     assert score["provenance"]["samples_sha256"] == sha256_file(samples)
     assert score["provenance"]["scorer"] == str(scorer_dir)

@@ -33,7 +33,7 @@ def config(replicates: int = 2) -> dict:
 
 
 def frame(values: dict[tuple[str, str], tuple[float, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"run": r, "sampler": s, "gen_ppl": v, "gen_ppl_se": se}
+    return pd.DataFrame([{"run": r, "sampler": s, "gen_ppl": v, "gen_ppl_se": se, "gen_ppl_n": 3}
                          for (r, s), (v, se) in values.items()])
 
 
@@ -90,14 +90,14 @@ def test_unpaired_check_adds_the_replicated_sides_training_spread():
     assert r.delta == pytest.approx(30.0 - 42.0) and r.per_seed == ()
     assert r.eval_se == pytest.approx(math.sqrt(4.0 + 3 / 9))
     assert r.train_se == pytest.approx(2.0 / math.sqrt(3))           # base: SD(40, 42, 44) = 2
-    assert r.verdict == HOLDS and "student trained once" in r.note
+    assert r.verdict == HOLDS and "training spread unmeasured: student trained once" in r.note
 
 
 def test_without_replicates_the_evaluation_spread_alone_decides_and_says_so():
     values = {("base", "many"): (30.0, 1.0), ("base", "few"): (33.0, 1.0), ("student", "few"): (1, 0)}
     got, _ = results(values, replicates=0)
     r = got["steps"]
-    assert math.isnan(r.train_se) and r.verdict == HOLDS and "training spread not measured" in r.note
+    assert math.isnan(r.train_se) and r.verdict == HOLDS and "training spread unmeasured" in r.note
     values[("base", "few")] = (32.0, 1.0)                           # Δ = −2 < 2·√2 ≈ 2.83
     assert results(values, replicates=0)[0]["steps"].verdict == UNRESOLVED
 
@@ -150,3 +150,36 @@ def test_a_trend_naming_an_unknown_pair_is_refused():
     cfg["trends"]["steps"]["lower"]["sampler"] = "nope"
     with pytest.raises(ConfigError, match="trends.steps.lower.sampler"):
         parse_experiment(cfg)
+
+
+def test_a_side_whose_evaluation_se_exceeds_the_noise_fraction_is_too_wide_to_resolve():
+    """ode4-like samplers (88 ± 30): a quarter of the value is the limit, whatever Δ is."""
+    values = {("base", "many"): (88.0, 30.0), ("base", "few"): (400.0, 10.0), ("student", "few"): (1, 0)}
+    r = results(values, replicates=0)[0]["steps"]
+    assert r.delta == -312.0 and r.verdict == UNRESOLVED and "spread too wide" in r.note
+    values[("base", "many")] = (88.0, 21.0)                         # 21 < 0.25 × 88 = 22
+    r = results(values, replicates=0)[0]["steps"]
+    assert r.verdict == HOLDS and "spread too wide" not in r.note
+
+
+def test_the_conservative_se_takes_the_samples_own_spread_when_it_is_larger():
+    values = {("base", "many"): (30.0, 0.1), ("base", "few"): (33.0, 0.1), ("student", "few"): (1, 0)}
+    data = frame(values)
+    data["gen_ppl_sample_se"] = [1.2, 1.6, 0.0]
+    r = {t.name: t for t in check_trends(data, parse_experiment(config(0)))}["steps"]
+    assert r.eval_se == pytest.approx(2.0) and r.verdict == UNRESOLVED   # margin 4 > |−3|
+    data["gen_ppl_n"] = 1                                               # one seed: only the samples' SE
+    data["gen_ppl_sample_se"] = [0.3, 0.4, 0.0]
+    r = {t.name: t for t in check_trends(data, parse_experiment(config(0)))}["steps"]
+    assert r.eval_se == pytest.approx(0.5) and r.verdict == HOLDS
+
+
+def test_the_cost_of_replicates_is_steps_times_batch_times_length_at_the_stated_throughput():
+    from elf.report.trends import SLOTS_PER_GPU_HOUR_B, replicate_gpu_hours
+
+    cfg = config(0)
+    cfg["run_defaults"]["budget"] = {"steps": 1000, "batch_size": 4}
+    cfg["runs"]["base"] = {"model": {"size": "ELF-B"}}
+    exp = parse_experiment(cfg)
+    assert replicate_gpu_hours(exp, "base") == pytest.approx(2 * 1000 * 4 * 8 / SLOTS_PER_GPU_HOUR_B)
+    assert SLOTS_PER_GPU_HOUR_B == pytest.approx(19_000 * 512 * 1024 / 32)   # the authors' 4 h / epoch

@@ -91,7 +91,10 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
     ``device`` defaults to the model's. Returns ``gen_ppl`` (nan if nothing was scored), ``n_empty``,
     ``n_scored_tokens``, ``nll_sum``, ``n_samples`` (texts scored, empty ones excluded) and
     ``per_sample``: each text's own perplexity over its counted targets (its first padding EOS
-    included), None for an empty text or one without a counted target."""
+    included), None for an empty text or one without a counted target; ``per_sample_nll`` and
+    ``per_sample_tokens``: each text's summed counted NLL and its number of counted targets (None
+    for an empty text), what the corpus value's standard error is computed from
+    (``elf.evaluate.uncertainty.ratio_ppl_se``)."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the scorer's tokenizer has no EOS token")
     if tokenizer.pad_token is None:
@@ -101,10 +104,13 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
     model.eval()
     kept = scored_texts(texts)
     per_sample: list[float | None] = [None] * len(texts)
+    per_nll: list[float | None] = [None] * len(texts)
+    per_tokens: list[int | None] = [None] * len(texts)
     token_lists = retokenize([texts[i] for i in kept], tokenizer, scoring_context(model, max_length))
     row_sums, row_counts = _score_rows(model, token_lists, eos_id, batch_size, device, progress)
     for k, (row_sum, row_count) in enumerate(zip(row_sums.tolist(), row_counts.tolist())):
         per_sample[kept[k]] = math.exp(row_sum / row_count) if row_count else None
+        per_nll[kept[k]], per_tokens[kept[k]] = row_sum, int(row_count)
     nll_sum, n_counted = float(row_sums.sum()), int(row_counts.sum())
     if kept and not row_counts.all():
         warnings.warn(f"Gen. PPL: {int((row_counts == 0).sum())} of {len(kept)} texts have no counted "
@@ -114,7 +120,8 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
         warnings.warn("Gen. PPL: no counted target token in any text; the score is nan", stacklevel=2)
     ppl = math.exp(nll_sum / n_counted) if n_counted else float("nan")
     return {"gen_ppl": ppl, "n_empty": len(texts) - len(kept), "n_scored_tokens": n_counted,
-            "nll_sum": nll_sum, "n_samples": len(kept), "per_sample": per_sample}
+            "nll_sum": nll_sum, "n_samples": len(kept), "per_sample": per_sample,
+            "per_sample_nll": per_nll, "per_sample_tokens": per_tokens}
 
 
 def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progress: bool):

@@ -11,6 +11,10 @@ that the qualitative figure F8 shows beside an example), with
   ``--max-length`` or the scorer's context; ``--precision bf16``: the scorer's weights in bf16);
 - translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
 - summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
+Each metric's standard error over this file's own samples comes with it (elf/evaluate/uncertainty.py):
+gen_ppl_se (delta method on the per-sample NLL, through exp), entropy_se (SD / sqrt(N)), bleu_se
+(bootstrap over sentences, seed and resamples recorded in ``metrics_settings``), rouge*_se; so a
+single evaluation seed carries an uncertainty that the replication review judges with.
 Non-finite values (nothing scored) are written as null. Every samples file is checked before any is
 scored (``elf.artifacts.check_samples_header``): the seed its name ``seed<k>`` says, ``--task``, and
 ``--run`` / ``--sampler`` when given, its row count, and the checkpoint digest its header records
