@@ -35,6 +35,8 @@ import pandas as pd
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":
+    os.environ.setdefault("TQDM_DISABLE", "1")   # the scorer's progress bars (read when tqdm loads)
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -257,7 +259,6 @@ def main() -> int:
     p.add_argument("--verbose", action="store_true", help="print every comparison")
     args = p.parse_args()
     torch.set_num_threads(1)
-    os.environ.setdefault("TQDM_DISABLE", "1")   # the scorer's progress bars
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work or tmp)
         results = rates(build_world(work, args.steps, args.fraction, args.n),
