@@ -325,12 +325,15 @@ class PairRef:
 
 @dataclass(frozen=True)
 class TrendSettings:
-    """A claim of the paper checked on our numbers: ``a`` has a lower ``metric`` than ``b``
-    (elf/report/trends.py decides holds / does not hold / not resolved from both spreads)."""
+    """A claim of the paper checked on our numbers: ``lower`` has a lower ``metric`` than ``higher``
+    (or, ``relation: equal``, the two are the same within a tenth of their value); elf/report/trends.py
+    decides holds / does not hold / not resolved from both spreads."""
     claim: str = _f(help="the paper's claim in words")
     lower: PairRef = _f(help="the pair the claim says is lower")
     higher: PairRef = _f(help="the pair it is compared with")
     metric: str = _f("gen_ppl", help="aggregate metric compared (gen_ppl, entropy, bleu, ...)")
+    relation: Literal["lower", "equal"] = _f("lower", help="lower: the claim is lower < higher; equal: "
+                                             "the two agree within 10% of their mean")
 
 
 @dataclass(frozen=True)

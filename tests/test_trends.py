@@ -183,3 +183,16 @@ def test_the_cost_of_replicates_is_steps_times_batch_times_length_at_the_stated_
     exp = parse_experiment(cfg)
     assert replicate_gpu_hours(exp, "base") == pytest.approx(2 * 1000 * 4 * 8 / SLOTS_PER_GPU_HOUR_B)
     assert SLOTS_PER_GPU_HOUR_B == pytest.approx(19_000 * 512 * 1024 / 32)   # the authors' 4 h / epoch
+
+
+def test_an_equal_claim_holds_within_a_tenth_and_fails_beyond_it():
+    cfg = config(0)
+    cfg["trends"] = {"same": {"claim": "shared ≈ separate", "relation": "equal",
+                              "lower": {"run": "base", "sampler": "many"}, "higher": {"run": "student", "sampler": "many"}}}
+    exp = parse_experiment(cfg)
+    def verdict(a, b, se=0.5):
+        return check_trends(frame({("base", "many"): (a, se), ("student", "many"): (b, se)}), exp)[0].verdict
+    # margin 2·sqrt(2·0.25) = 1.41; tolerance 0.1 × 40 = 4
+    assert verdict(40.0, 41.0) == HOLDS            # 1 + 1.41 ≤ 4.05
+    assert verdict(36.0, 44.0) == FAILS            # 8 − 1.41 > 4
+    assert verdict(38.0, 42.0) == UNRESOLVED       # 4 + 1.41 > 4, 4 − 1.41 < 4

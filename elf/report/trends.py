@@ -19,6 +19,9 @@ the lower value. With Δ = metric(lower) − metric(higher):
   4-step samplers at 88 ± 30 Gen. PPL: a margin that narrow a difference would cross with float noise;
   a fixed, wide threshold on a ratio gives the same verdict on every machine;
   **not resolved**: otherwise.
+A claim of ``relation: equal`` (shared ≈ separate decoder) holds when |Δ̄| + margin ≤
+``EQUAL_FRACTION`` × the mean of the two sides, does not hold when |Δ̄| − margin exceeds it, and is not
+resolved otherwise.
 A side trained once says "training spread unmeasured" and what ``REPLICATES`` more training seeds of
 its run would cost (``replicate_gpu_hours``).
 No I/O: ``check_trends`` takes the loaded aggregate rows (``elf.report.loading.load_rows``).
@@ -40,6 +43,7 @@ from elf.report.verdict import NOISY_FRACTION
 HOLDS, FAILS, UNRESOLVED = "holds", "does not hold", "not resolved"
 TOO_WIDE = "spread too wide"
 MARGIN_SES = 2.0
+EQUAL_FRACTION = 0.10   # relation "equal": the two sides within a tenth of their mean
 REPLICATES = 2          # the training seeds a claim's spread needs beyond the first
 # Throughput assumed for the cost of replicates: the authors' README, "~4 h per OpenWebText epoch for
 # ELF-B on 8x H200, global batch 512" = 19,000 steps x 512 rows x 1,024 slots in 32 GPU-hours; other
@@ -54,6 +58,8 @@ TREND_RULE = (
     f"below −{MARGIN_SES:g} × the larger of its evaluation-seed SE and its training-seed SE (the run "
     f"and its `replicate_of` replicates) and every training seed agrees in sign; it **does not hold** "
     f"when the same is true with the signs reversed; otherwise it is **not resolved** at this scale. "
+    f"An 'equal' claim holds when |Δ| + margin ≤ {EQUAL_FRACTION:g} × the two sides' mean and does not "
+    f"hold when |Δ| − margin exceeds it. "
     f"A side trained once: 'training spread unmeasured', with the GPU-hours {REPLICATES} more "
     f"training seeds would cost (steps × batch × length at the authors' ELF-B throughput, ≈ "
     f"{SLOTS_PER_GPU_HOUR_B / 1e9:.2f}B token slots per H200-hour, scaled by parameters) "
@@ -148,7 +154,13 @@ def check_trend(name: str, trend, frame: pd.DataFrame, exp: Experiment) -> Trend
     margin = MARGIN_SES * max(known) if known else 0.0
     verdict = UNRESOLVED
     wide = too_wide(l_means, l_ses) or too_wide(h_means, h_ses)
-    if not wide and delta < -margin and all(d < 0 for d in per_seed):
+    if trend.relation == "equal":
+        tolerance = EQUAL_FRACTION * abs(sum(l_means) / len(l_means) + sum(h_means) / len(h_means)) / 2
+        if not wide and abs(delta) + margin <= tolerance:
+            verdict = HOLDS
+        elif not wide and abs(delta) - margin > tolerance:
+            verdict = FAILS
+    elif not wide and delta < -margin and all(d < 0 for d in per_seed):
         verdict = HOLDS
     elif not wide and delta > margin and all(d > 0 for d in per_seed):
         verdict = FAILS
