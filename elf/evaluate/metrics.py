@@ -22,12 +22,13 @@ SE_SETTINGS = {  # how each task's standard errors are computed (elf/evaluate/un
 
 @dataclass(frozen=True)
 class Scorer:
-    """A loaded Gen. PPL scorer and how it scores: batch size and token budget per text."""
+    """A loaded Gen. PPL scorer and how it scores: batch size and the truncation of each retokenised
+    text (``max_length``; None: whole texts, scored in context-sized chunks)."""
     model: Any
     tokenizer: Any
     device: Any
     batch_size: int
-    max_length: int
+    max_length: int | None
 
 
 def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict, list[dict]]:
@@ -35,14 +36,14 @@ def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict,
     share of a sample's words its most frequent word takes), with the standard errors of Gen. PPL
     and entropy over the samples (``gen_ppl_se``, ``entropy_se``: elf/evaluate/uncertainty.py)."""
     from elf.evaluate.entropy import text_entropy
-    from elf.evaluate.genppl import gen_ppl, scoring_context
+    from elf.evaluate.genppl import gen_ppl, model_context
     from elf.evaluate.repetition import repetition, top_word_share
     from elf.evaluate.uncertainty import mean_se, ratio_ppl_se
 
-    context = scoring_context(scorer.model, scorer.max_length)
+    context = model_context(scorer.model)
     ppl = gen_ppl(texts, scorer.model, scorer.tokenizer, batch_size=scorer.batch_size,
-                  device=scorer.device, max_length=context)
-    entropy = text_entropy(texts, scorer.tokenizer, max_length=context)  # the ids the scorer saw
+                  device=scorer.device, max_length=scorer.max_length)
+    entropy = text_entropy(texts, scorer.tokenizer, max_length=scorer.max_length)  # the ids it saw
     metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"],
                "gen_ppl_se": ratio_ppl_se([v for v in ppl["per_sample_nll"] if v is not None],
                                           [v for v in ppl["per_sample_tokens"] if v is not None]),
@@ -50,12 +51,14 @@ def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict,
                "repetition": repetition(texts)["repetition"], "n_samples": len(texts),
                "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
     settings = {"batch_size": scorer.batch_size, "context": context,
+                "truncation": scorer.max_length,
+                "long_samples": "scored in chunks of the context, each on its own (the authors' Metrics)",
                 "padding": "right, EOS, to the longest sample of the whole set",
                 "counted": "non-EOS targets from position 1 plus each row's first EOS",
                 "dropped": "samples empty after strip() (Gen. PPL and entropy)",
                 "scorer_dtype": str(next(scorer.model.parameters()).dtype).removeprefix("torch."),
                 "device": str(scorer.device),
-                "entropy_tokens": "scorer tokenizer, truncated at context, nats",
+                "entropy_tokens": "scorer tokenizer, the ids scored (truncation above), nats",
                 "repetition": "most frequent word's share of a sample's words, mean over samples",
                 "se": SE_SETTINGS["unconditional"]}
     per_sample = [{"gen_ppl": p, "entropy": h, "repetition": top_word_share(text)}
