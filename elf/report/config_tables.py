@@ -82,15 +82,36 @@ def table_T11(inputs: TableInputs) -> Table:
 # Model configurations (T6)
 # --------------------------------------------------------------------------------------------------
 
-PAPER_SIZE_OF_RUN = {"R01": "ELF-B", "R02": "ELF-M", "R03": "ELF-L"}  # paper Table 6 rows
+ADALN_MODEL = "ELF-B (adaLN-Zero)"   # R28: the paper states its 148M in App. D (F14), not in T6
+PAPER_SIZE_OF_RUN = {"R01": "ELF-B", "R02": "ELF-M", "R03": "ELF-L",  # paper Table 6 rows
+                     "R28": ADALN_MODEL}
+
+
+def t6_entries(paper_values: dict) -> list[dict]:
+    """Table 6's rows, and R28's adaLN-Zero ELF-B (its parameter count from the text, App. D / F14;
+    its other settings ELF-B's)."""
+    section = paper_values.get("table_6") or {}
+    entries = list(section.get("entries", []))
+    stated = (section.get("related_text") or {}).get("adaLN_zero_ELF_B_params")
+    base = next((e for e in entries if e.get("model") == "ELF-B"), None)
+    if stated and base:
+        entries.append({**base, "model": ADALN_MODEL, "params": stated, "src": "T6 / App. D (F14)"})
+    return entries
 
 
 def paper_dims_params(size: str) -> int:
     """Our network's parameters at a paper size and the paper's data dims
-    (``elf.model.preset_num_parameters``)."""
+    (``elf.model.preset_num_parameters``; ``ADALN_MODEL``: ELF-B with adaLN-Zero conditioning)."""
     from elf.model import preset_num_parameters
 
-    return preset_num_parameters(size)
+    if size != ADALN_MODEL:
+        return preset_num_parameters(size)
+    import torch
+
+    from elf.model import ELF, model_config
+
+    with torch.device("meta"):
+        return ELF(model_config("ELF-B", conditioning="adaln")).num_parameters()
 
 
 def paper_model_of(config: dict) -> str | None:
@@ -124,13 +145,13 @@ EPOCHS_NOTE = ("training tokens = valid (non-pad) tokens, steps × batch × L ×
 def table_T6(inputs: TableInputs) -> Table:
     """Model configurations: the paper's B/M/L, our network at those sizes and the paper's dims
     (parameter count by construction), and each configured run as trained (its config.json)."""
-    paper = (inputs.paper_values.get("table_6") or {}).get("entries", [])
+    paper = t6_entries(inputs.paper_values)
     header = ["Model", "Source", "Depth", "Width", "Heads", "Params", "Training tokens", "Epochs"]
     records = [run_model_record(run, meta) for run, meta in inputs.runs_meta.items()]
     rows = []
     for entry in paper:
         model = entry["model"]
-        rows.append([model, "paper (T6)", *(str(entry.get(k, DASH)) for k in
+        rows.append([model, f"paper ({entry.get('src', 'T6')})", *(str(entry.get(k, DASH)) for k in
                                             ("depth", "hidden", "heads", "params")),
                      DASH, f"{entry.get('owt_epochs', DASH)} (OWT)"])
         rows.append([model, "our network at the paper's dims", *(str(entry.get(k, DASH)) for k in
@@ -138,7 +159,8 @@ def table_T6(inputs: TableInputs) -> Table:
                      count_text(paper_dims_params(model)), DASH, DASH])
         rows += [_t6_run_row(r) for r in records if r["paper_model"] == model]
     rows += [_t6_run_row(r) for r in records if r["paper_model"] not in {e["model"] for e in paper}]
-    notes = ["Paper: Table 6, p. 30 (v2). 'Our network at the paper's dims': elf.model with the "
+    notes = ["Paper: Table 6, p. 30 (v2); the adaLN-Zero ELF-B (R28) has the 148M parameters App. D "
+             "states for F14. 'Our network at the paper's dims': elf.model with the "
              "paper's size, d=512 (T5-small), vocabulary 32128, L=1024, bottleneck 128, in-context "
              "conditioning, counted on the meta device. Our runs: the network and parameter count "
              "each run's config.json records; " + EPOCHS_NOTE] + _metadata_note(records)

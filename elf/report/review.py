@@ -132,7 +132,7 @@ def _check(src: str, kind: str, item: str, run: str, paper: Any, ours: Any, same
 
 
 def _t6_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
-    entries = {e["model"]: e for e in (paper_values.get("table_6") or {}).get("entries", [])}
+    entries = {e["model"]: e for e in config_tables.t6_entries(paper_values)}
     out = []
     for model, entry in entries.items():
         params = config_tables.paper_dims_params(model)
