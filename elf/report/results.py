@@ -182,6 +182,7 @@ def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], evals_root: str
         rows.append({**run_columns(exp, run), **sampler_columns(exp, sampler),
                      "split": scored_split(exp, run, sampler),
                      **metric_columns(aggregate.get(METRICS, {})),
+                     "bleu_signature": aggregate.get("bleu_signature"),
                      "aggregate_path": str(path), "aggregate_sha256": sha256_file(path)})
     frame = pd.DataFrame(rows)
     if frame.empty:
