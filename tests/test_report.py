@@ -252,6 +252,17 @@ def test_steps_figures_have_dataset_line_and_baselines(setup):
     assert t9.to_dict() == {8: 67.32, 16: 33.66}
 
 
+def test_steps_figures_say_which_baselines_they_draw(setup):
+    fig, _ = draw("F7b", "figure", figure_inputs(setup, "F7b")[1])
+    note = " ".join(t.get_text() for t in fig.texts)
+    assert "Baselines drawn (dashed, hollow): MDLM+SDTT, Duo+DCD, FMLM — the paper's Table 4 values " \
+           "at 8/16/32 steps" in note and "assumed to be Table 4's" in note
+    fig, _ = draw("F7a", "figure", figure_inputs(setup, "F7a")[1])
+    assert "Baselines not drawn" in " ".join(t.get_text() for t in fig.texts)
+    fig, _ = draw("F5c", "figure", figure_inputs(setup, "F5c")[1])
+    assert "Baselines" not in " ".join(t.get_text() for t in fig.texts)   # the paper's F5c has none
+
+
 def test_f17_panels_use_bleu_and_rouge(setup):
     _, inputs = figure_inputs(setup, "F17")
     _, plotted = draw("F17", "figure", inputs)
