@@ -413,3 +413,19 @@ def test_stage_modes_and_errors(setup, capsys):
     assert "R01/ode64_w3/aggregates/ode64_w3.json" in err and "aggregate" in err
     assert elf_main(stage_args(setup, "--figure", "F404")) == 2
     assert "F404" in capsys.readouterr().err
+
+
+def test_a_separate_decoder_is_drawn_as_a_deviation_and_the_review_lists_deviations_apart(setup):
+    frame, inputs = figure_inputs(setup, "F5b")
+    fig, _ = draw("F5b", "figure", inputs)
+    assert "Deviation" not in " ".join(t.get_text() for t in fig.texts)   # shared decoder only
+    inputs.frame = frame.assign(decode_head=False)
+    fig, _ = draw("F5b", "figure", inputs)
+    assert "mirror of the T5 encoder" in " ".join(t.get_text() for t in fig.texts)
+    comparisons = review.compare(frame, setup["points"])
+    md = review.to_markdown(review.build_review(
+        comparisons, comparisons.iloc[0:0], "", "paper", ["Deviation (F5b): ELF-block decoder", "γ 1.0"]))
+    deviations, unstated = md.split("## Deviations from what the paper states")[1].split(
+        "## Settings not stated in the paper")
+    assert "- Deviation (F5b): ELF-block decoder" in deviations and "γ 1.0" not in deviations
+    assert "- γ 1.0" in unstated and "Deviation" not in unstated

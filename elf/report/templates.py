@@ -65,7 +65,17 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
         if dataset_line:
             draw_dataset(ax, rec, panel, rows, inputs.dataset_scores, frontier=True)
         finish(ax, "entropy", "gen_ppl", x_is_entropy=True)
+    if has(df, "decode_head") and (df["decode_head"] == False).any():  # noqa: E712  (a separate decoder)
+        fig.text(0.5, 0.005, SEPARATE_DECODER_DEVIATION, ha="center", va="bottom", fontsize=6,
+                 wrap=True, color="0.3")
+        fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
     return fig, rec.frame()
+
+
+SEPARATE_DECODER_DEVIATION = (
+    "Deviation from the paper: the separate decoders (R11; R13/R14 at 768/1024-d) are built from "
+    "ELF blocks (RoPE, SwiGLU); the paper states a mirror of the T5 encoder. The runs decoded "
+    "through them are drawn with this difference.")
 
 
 def _panels(df: pd.DataFrame, panel_by: str | None) -> list[tuple[str, pd.DataFrame]]:
