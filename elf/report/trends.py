@@ -176,8 +176,9 @@ def _note(paired: bool, l_means, h_means, trend, exp: Experiment) -> str:
     if not once:
         return ""
     cost = sum(replicate_gpu_hours(exp, run) for run in once)
+    hours = "< 0.01" if cost < 0.01 else f"≈ {cost:,.{0 if cost >= 10 else 2}f}"
     return (f"training spread unmeasured: {' and '.join(once)} trained once; {REPLICATES} more "
-            f"training seeds ≈ {cost:,.{0 if cost >= 10 else 2}f} GPU-hours")
+            f"training seeds {hours} GPU-hours")
 
 
 def check_trends(frame: pd.DataFrame, exp: Experiment) -> list[TrendResult]:
