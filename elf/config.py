@@ -314,6 +314,9 @@ class FigureSettings:
     samplers: tuple[str, ...] = _f(help="sampler settings it plots")
     seeds: Literal["all", "first"] = _f("first", help="all evaluation seeds, or the first only")
     section: str = _f("Results", help="report category (paper section)")
+    pairs: tuple[PairRef, ...] = _f(help="the (run, sampler) pairs it shows, when not every run with "
+                                   "every sampler (each of its runs and samplers; F8: one sampler "
+                                   "per task)", factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -390,6 +393,10 @@ def parse_experiment(data: dict) -> Experiment:
             if ref not in table:
                 raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
                                   f"under '{what}' (defined: {', '.join(table)})")
+        for pair in fig.pairs:
+            if pair.run not in fig.runs or pair.sampler not in fig.samplers:
+                raise ConfigError(f"config key 'figures.{name}.pairs': {pair.run}/{pair.sampler} is not "
+                                  f"one of its runs × samplers")
     for name, trend in exp.trends.items():
         for side in ("lower", "higher"):
             pair = getattr(trend, side)

@@ -196,3 +196,17 @@ def test_an_equal_claim_holds_within_a_tenth_and_fails_beyond_it():
     assert verdict(40.0, 41.0) == HOLDS            # 1 + 1.41 ≤ 4.05
     assert verdict(36.0, 44.0) == FAILS            # 8 − 1.41 > 4
     assert verdict(38.0, 42.0) == UNRESOLVED       # 4 + 1.41 > 4, 4 − 1.41 < 4
+
+
+def test_a_figure_can_name_its_pairs_one_sampler_per_run():
+    """F8's form: each run with its own sampler, not every run with every sampler."""
+    cfg = config(0)
+    cfg["figures"]["F8"] = {"kind": "figure", "title": "t", "runs": ["base", "student"],
+                            "samplers": ["few", "many"],
+                            "pairs": [{"run": "base", "sampler": "many"}, {"run": "student", "sampler": "few"}]}
+    exp = parse_experiment(cfg)
+    assert plan.figure_pairs(exp, "F8") == [("base", "many"), ("student", "few")]
+    assert ("base", "few") in plan.review_pairs(exp) and ("student", "many") not in plan.review_pairs(exp)
+    cfg["figures"]["F8"]["pairs"].append({"run": "base", "sampler": "mid"})
+    with pytest.raises(ConfigError, match="figures.F8.pairs.*base/mid"):
+        parse_experiment(cfg)
