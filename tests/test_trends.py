@@ -210,3 +210,23 @@ def test_a_figure_can_name_its_pairs_one_sampler_per_run():
     cfg["figures"]["F8"]["pairs"].append({"run": "base", "sampler": "mid"})
     with pytest.raises(ConfigError, match="figures.F8.pairs.*base/mid"):
         parse_experiment(cfg)
+
+
+def test_the_paper_configs_claims_each_get_a_verdict_and_the_cost_of_their_training_spread():
+    import yaml
+    from pathlib import Path
+
+    exp = parse_experiment(yaml.safe_load((Path(__file__).resolve().parents[1] / "config" /
+                                           "paper.yaml").read_text()))
+    assert len(exp.trends) >= 25
+    rows = [{"run": r, "sampler": s, "gen_ppl": 30.0 + i, "gen_ppl_se": 0.2, "gen_ppl_n": 6,
+             "entropy": 5.0, "entropy_se": 0.01, "entropy_n": 6, "bleu": 25.0 + i / 10, "bleu_se": 0.1,
+             "bleu_n": 6, "rouge1": 35.0, "rouge1_se": 0.1, "rouge1_n": 6}
+            for i, (r, s) in enumerate(plan.trend_pairs(exp))]
+    results = check_trends(pd.DataFrame(rows), exp)
+    assert len(results) == len(exp.trends) and all(r.note != "no data" for r in results)
+    text = trends_markdown(results)
+    for trend in exp.trends.values():
+        assert f"| {trend.claim} |" in text
+    r01 = next(r for r in results if r.name == "sc_cfg_ppl")   # R01 trained once: 2 × 5 epochs × 32 h
+    assert "training spread unmeasured: R01 trained once; 2 more training seeds ≈ 320 GPU-hours" in r01.note
