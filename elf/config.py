@@ -314,6 +314,9 @@ class FigureSettings:
     samplers: tuple[str, ...] = _f(help="sampler settings it plots")
     seeds: Literal["all", "first"] = _f("first", help="all evaluation seeds, or the first only")
     section: str = _f("Results", help="report category (paper section)")
+    pairs: tuple[PairRef, ...] = _f(help="the (run, sampler) pairs it shows, when not every run with "
+                                   "every sampler (each of its runs and samplers; F8: one sampler "
+                                   "per task)", factory=tuple)
 
 
 @dataclass(frozen=True)
@@ -325,12 +328,15 @@ class PairRef:
 
 @dataclass(frozen=True)
 class TrendSettings:
-    """A claim of the paper checked on our numbers: ``a`` has a lower ``metric`` than ``b``
-    (elf/report/trends.py decides holds / does not hold / not resolved from both spreads)."""
+    """A claim of the paper checked on our numbers: ``lower`` has a lower ``metric`` than ``higher``
+    (or, ``relation: equal``, the two are the same within a tenth of their value); elf/report/trends.py
+    decides holds / does not hold / not resolved from both spreads."""
     claim: str = _f(help="the paper's claim in words")
     lower: PairRef = _f(help="the pair the claim says is lower")
     higher: PairRef = _f(help="the pair it is compared with")
     metric: str = _f("gen_ppl", help="aggregate metric compared (gen_ppl, entropy, bleu, ...)")
+    relation: Literal["lower", "equal"] = _f("lower", help="lower: the claim is lower < higher; equal: "
+                                             "the two agree within 10% of their mean")
 
 
 @dataclass(frozen=True)
@@ -387,6 +393,10 @@ def parse_experiment(data: dict) -> Experiment:
             if ref not in table:
                 raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
                                   f"under '{what}' (defined: {', '.join(table)})")
+        for pair in fig.pairs:
+            if pair.run not in fig.runs or pair.sampler not in fig.samplers:
+                raise ConfigError(f"config key 'figures.{name}.pairs': {pair.run}/{pair.sampler} is not "
+                                  f"one of its runs × samplers")
     for name, trend in exp.trends.items():
         for side in ("lower", "higher"):
             pair = getattr(trend, side)

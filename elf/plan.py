@@ -40,6 +40,8 @@ class Needs:
 def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     """(run, sampler) pairs a figure or table plots, in its order."""
     fig = exp.figures[figure_id]
+    if fig.pairs:  # the figure names its pairs (F8: one sampler per task)
+        return [(pair.run, pair.sampler) for pair in fig.pairs]
     return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
 
 

@@ -74,7 +74,7 @@ def test_retokenize_matches_hand_ids(tokenizer):
 def test_gen_ppl_matches_prefix_by_prefix_computation(model, tokenizer, batch_size):
     """Every text padded to the set's longest (16, LONG cut at the context): a b c d e 4 + its first
     pad EOS; b c 1 + 1; a EOS c d: EOS, c, d; EOS a b: a, b (its padding is a second EOS); LONG 15."""
-    result = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, progress=False)
+    result = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, max_length=CONTEXT, progress=False)
     rows = reference_rows(model, [hand_ids(t) for t in TEXTS if t])
     ref_sum, ref_count = sum(r[0] for r in rows), sum(r[1] for r in rows)
     assert [r[1] for r in rows] == [5, 2, 3, 2, 15]
@@ -86,6 +86,25 @@ def test_gen_ppl_matches_prefix_by_prefix_computation(model, tokenizer, batch_si
     per_sample = [p for p in result["per_sample"] if p is not None]
     assert per_sample == pytest.approx([math.exp(a / n) for a, n in rows], rel=1e-5)
     assert result["per_sample"][TEXTS.index("")] is None
+
+
+@pytest.mark.parametrize("batch_size", [1, 64])
+def test_a_set_longer_than_the_context_is_scored_in_context_sized_chunks(model, tokenizer, batch_size):
+    """Untruncated, the set is 21 long: chunk 1 (positions 0–15) is the truncated set's computation,
+    chunk 2 (16–20) holds LONG's tail alone, scored on its own from its position 1 (4 targets); the
+    other rows are padding there and count nothing."""
+    whole = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, max_length=None, progress=False)
+    cut = gen_ppl(TEXTS, model, tokenizer, batch_size=batch_size, max_length=CONTEXT, progress=False)
+    tail = [WORD_ID[w] for w in LONG.split()][CONTEXT:]
+    (tail_sum, tail_count), = reference_rows(model, [tail])
+    assert tail_count == 4 and whole["n_scored_tokens"] == cut["n_scored_tokens"] + 4 == 31
+    assert whole["nll_sum"] == pytest.approx(cut["nll_sum"] + tail_sum, rel=1e-5)
+    k = TEXTS.index(LONG)
+    assert whole["per_sample_tokens"][k] == 19 and whole["per_sample_nll"][k] == pytest.approx(
+        cut["per_sample_nll"][k] + tail_sum, rel=1e-5)
+    assert whole["per_sample_nll"][0] == pytest.approx(cut["per_sample_nll"][0], rel=1e-6)
+    # the default truncation (GPT-2's 1024) is above this model's 16 positions: chunked too
+    assert gen_ppl(TEXTS, model, tokenizer, progress=False)["n_scored_tokens"] == 31
 
 
 def test_gen_ppl_does_not_depend_on_the_batch_size(model, tokenizer):

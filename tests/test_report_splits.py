@@ -101,6 +101,11 @@ def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     assert "| 26.70 | 36.30 | 12.50 | 28.10 | validation | authors' README (released checkpoints) |" in md
     assert "| 26.40 | 36.00 ± 0.13 | 12.20 ± 0.11 | 27.80 ± 0.12 | test | paper |" in md
     assert "xsum (summarization): source ≤ 1024 + target 64 tokens (max_length 1088)" in md
+    # each row says how its BLEU was computed, as far as it is known
+    assert "| test | paper | the authors' (not stated in the paper) |" in md
+    assert "| paper †‡ | as published (E2D2 paper); not stated |" in md
+    assert "| paper ‡ | the reproduction's codebase; not stated |" in md
+    assert "| ours (cond_cfg2: ODE 64 steps, SC-CFG 1, input CFG 2) | sacreBLEU, lowercased" in md
     assert "test split from hub wmt/wmt14 de-en@b199e40" in md
 
     rows = load_rows(exp, all_pairs(exp), aggregates)
@@ -112,4 +117,5 @@ def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     text = review.to_markdown(doc)
     assert "## Data and splits" in text and "wmt (translation): source ≤ 64 + target 64 tokens" in text
     assert "| README | ELF-B | R05_released / cond_cfg2_val | ODE, 64 steps, SC-CFG 1, input CFG 2 | " \
-           "validation | rougeL | 28.10 | 28.75 |" in text
+           "validation | rougeL | 28.10 | 0.000 (authors' tolerance) | 28.75 | +0.65 | 0.000 | 0.500 | " \
+           "not resolved | no SE of ours |" in text   # an aggregate without any SE: nothing to judge by

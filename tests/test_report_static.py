@@ -306,7 +306,7 @@ def test_review_lists_configuration_checks_apart(setup):
     assert f"| T8 | arithmetic | ELF-B training tokens (B) | base | 45.2 | " \
            f"{BASE_TOKENS / 1e9:.3g} | no |" in md
     assert "| T7 | configuration | Optimiser | base | Muon | muon | yes |" in md
-    assert "Paper values compared: 2;" in md  # F1's T9 32-step Gen. PPL and entropy only
+    assert "Paper values compared: 2:" in md  # F1's T9 32-step Gen. PPL and entropy only
 
 
 def test_configuration_checks_accept_the_papers_own_settings(setup):
@@ -320,3 +320,19 @@ def test_configuration_checks_accept_the_papers_own_settings(setup):
     checks = review.configuration_checks({"T6": meta}, setup["paper_values"]).set_index("item")
     assert checks.loc["ELF-B training epochs", "same"] == "yes"
     assert checks.loc["ELF-B parameters, our network at the paper's dims", "same"] == "yes"
+
+
+def test_t6_shows_r28s_adaln_zero_parameters_beside_the_papers_148m(setup):
+    """R28 (adaLN-Zero ELF-B) is 148M in the paper's text (App. D, F14): T6 has a row for it, our
+    network at the paper's dims counts 148.29M, and R28's own run is checked against 148M, not 105M."""
+    assert config_tables.paper_dims_params(config_tables.ADALN_MODEL) == 148_289_664
+    config = json.loads((setup["runs"] / "base" / "config.json").read_text())
+    config["run"]["paper_run"], config["num_parameters"] = "R28", 148_289_664
+    meta = {"adaln": {"config": config, "config_path": "adaln/config.json", "tokens": None}}
+    md = config_tables.table_T6(cells.TableInputs("T6", "t", None, None, None, setup["paper_values"],
+                                                  meta)).to_markdown()
+    assert md_row(md, "ELF-B (adaLN-Zero)")[1:6] == ["paper (T6 / App. D (F14))", "12", "768", "12", "148M"]
+    assert "148.3M (148,289,664)" in md
+    checks = review.configuration_checks({"T6": meta}, setup["paper_values"]).set_index("item")
+    assert checks.loc["ELF-B (adaLN-Zero) parameters", "same"] == "yes"
+    assert checks.loc["ELF-B (adaLN-Zero) parameters, our network at the paper's dims", "same"] == "yes"

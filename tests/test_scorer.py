@@ -20,6 +20,7 @@ from elf.evaluate.genppl import GPT2_CONTEXT, gen_ppl
 from elf.artifacts.records import read_samples, write_samples
 from elf.evaluate.scorer import (EOS_TOKEN, load_scorer, pack_documents, save_scorer,
                                  train_bpe_tokenizer, train_scorer_model)
+from elf.evaluate.uncertainty import mean_se, ratio_ppl_se
 from elf.io import read_json, sha256_file
 from elf.stages import score as score_stage
 
@@ -109,18 +110,28 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
                  str(scorer_dir), "--out", str(out), "--batch-size", "3", "--device", "cpu"]) == 0
     score = read_json(out)
     model, tokenizer = load_scorer(scorer_dir)
-    expected = gen_ppl(texts, model, tokenizer, batch_size=3, progress=False)
+    expected = gen_ppl(texts, model, tokenizer, batch_size=3, max_length=None, progress=False)
     metrics = score["metrics"]
     assert metrics["gen_ppl"] == pytest.approx(expected["gen_ppl"], rel=1e-6)
     assert metrics["n_scored_tokens"] == expected["n_scored_tokens"]
-    assert metrics["entropy"] == pytest.approx(text_entropy(texts, tokenizer, max_length=32)["entropy"])
-    assert metrics["entropy"] != pytest.approx(text_entropy(texts, tokenizer)["entropy"])
+    # whole samples: the long one is scored in chunks of the scorer's 32 positions, its entropy whole
+    assert metrics["entropy"] == pytest.approx(text_entropy(texts, tokenizer)["entropy"])
+    assert metrics["entropy"] != pytest.approx(text_entropy(texts, tokenizer, max_length=32)["entropy"])
+    truncated = gen_ppl(texts, model, tokenizer, batch_size=3, max_length=32, progress=False)
+    assert metrics["n_scored_tokens"] > truncated["n_scored_tokens"]
     assert metrics["n_samples"] == 8 and metrics["n_empty"] == 1
+    # the SEs over the samples (elf/evaluate/uncertainty.py), from the same per-sample values
+    kept = [k for k, v in enumerate(expected["per_sample_tokens"]) if v is not None]
+    assert len(kept) == 7 and metrics["gen_ppl_se"] == pytest.approx(ratio_ppl_se(
+        [expected["per_sample_nll"][k] for k in kept], [expected["per_sample_tokens"][k] for k in kept]))
+    assert metrics["gen_ppl_se"] > 0 and metrics["entropy_se"] == pytest.approx(
+        mean_se(text_entropy(texts, tokenizer)["per_sample"]))
     assert score["samples_provenance"] == header
     assert score["provenance"]["samples_sha256"] == sha256_file(samples)
     assert score["provenance"]["scorer"] == str(scorer_dir)
     assert len(score["provenance"]["scorer_sha256"]) == 64
     assert score["provenance"]["metrics_settings"]["context"] == 32
+    assert score["provenance"]["metrics_settings"]["truncation"] is None
     per_sample = score["per_sample"]
     assert [e["i"] for e in per_sample] == list(range(8))
     assert per_sample[6] == {"i": 6, "gen_ppl": None, "entropy": None, "repetition": None}  # empty
@@ -128,7 +139,7 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
     assert metrics["repetition"] == pytest.approx(repetition(texts)["repetition"])
     assert [e["gen_ppl"] for e in per_sample] == pytest.approx(expected["per_sample"], rel=1e-6)
     assert [e["entropy"] for e in per_sample] == pytest.approx(
-        text_entropy(texts, tokenizer, max_length=32)["per_sample"])
+        text_entropy(texts, tokenizer)["per_sample"])
 
 
 def test_score_stage_bf16_policy_loads_the_scorer_in_bf16(scorer_dir, tmp_path):
@@ -226,3 +237,4 @@ def test_score_stage_bad_file_among_several_writes_nothing(scorer_dir, tmp_path,
 
 def test_stage_default_context_is_the_released_one():
     assert score_stage.GPT2_CONTEXT == GPT2_CONTEXT == 1024
+    assert score_stage.MAX_LENGTH is None   # whole samples, long ones in context-sized chunks

@@ -33,7 +33,7 @@ def config(replicates: int = 2) -> dict:
 
 
 def frame(values: dict[tuple[str, str], tuple[float, float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"run": r, "sampler": s, "gen_ppl": v, "gen_ppl_se": se}
+    return pd.DataFrame([{"run": r, "sampler": s, "gen_ppl": v, "gen_ppl_se": se, "gen_ppl_n": 3}
                          for (r, s), (v, se) in values.items()])
 
 
@@ -90,14 +90,14 @@ def test_unpaired_check_adds_the_replicated_sides_training_spread():
     assert r.delta == pytest.approx(30.0 - 42.0) and r.per_seed == ()
     assert r.eval_se == pytest.approx(math.sqrt(4.0 + 3 / 9))
     assert r.train_se == pytest.approx(2.0 / math.sqrt(3))           # base: SD(40, 42, 44) = 2
-    assert r.verdict == HOLDS and "student trained once" in r.note
+    assert r.verdict == HOLDS and "training spread unmeasured: student trained once" in r.note
 
 
 def test_without_replicates_the_evaluation_spread_alone_decides_and_says_so():
     values = {("base", "many"): (30.0, 1.0), ("base", "few"): (33.0, 1.0), ("student", "few"): (1, 0)}
     got, _ = results(values, replicates=0)
     r = got["steps"]
-    assert math.isnan(r.train_se) and r.verdict == HOLDS and "training spread not measured" in r.note
+    assert math.isnan(r.train_se) and r.verdict == HOLDS and "training spread unmeasured" in r.note
     values[("base", "few")] = (32.0, 1.0)                           # Δ = −2 < 2·√2 ≈ 2.83
     assert results(values, replicates=0)[0]["steps"].verdict == UNRESOLVED
 
@@ -150,3 +150,83 @@ def test_a_trend_naming_an_unknown_pair_is_refused():
     cfg["trends"]["steps"]["lower"]["sampler"] = "nope"
     with pytest.raises(ConfigError, match="trends.steps.lower.sampler"):
         parse_experiment(cfg)
+
+
+def test_a_side_whose_evaluation_se_exceeds_the_noise_fraction_is_too_wide_to_resolve():
+    """ode4-like samplers (88 ± 30): a quarter of the value is the limit, whatever Δ is."""
+    values = {("base", "many"): (88.0, 30.0), ("base", "few"): (400.0, 10.0), ("student", "few"): (1, 0)}
+    r = results(values, replicates=0)[0]["steps"]
+    assert r.delta == -312.0 and r.verdict == UNRESOLVED and "spread too wide" in r.note
+    values[("base", "many")] = (88.0, 21.0)                         # 21 < 0.25 × 88 = 22
+    r = results(values, replicates=0)[0]["steps"]
+    assert r.verdict == HOLDS and "spread too wide" not in r.note
+
+
+def test_the_conservative_se_takes_the_samples_own_spread_when_it_is_larger():
+    values = {("base", "many"): (30.0, 0.1), ("base", "few"): (33.0, 0.1), ("student", "few"): (1, 0)}
+    data = frame(values)
+    data["gen_ppl_sample_se"] = [1.2, 1.6, 0.0]
+    r = {t.name: t for t in check_trends(data, parse_experiment(config(0)))}["steps"]
+    assert r.eval_se == pytest.approx(2.0) and r.verdict == UNRESOLVED   # margin 4 > |−3|
+    data["gen_ppl_n"] = 1                                               # one seed: only the samples' SE
+    data["gen_ppl_sample_se"] = [0.3, 0.4, 0.0]
+    r = {t.name: t for t in check_trends(data, parse_experiment(config(0)))}["steps"]
+    assert r.eval_se == pytest.approx(0.5) and r.verdict == HOLDS
+
+
+def test_the_cost_of_replicates_is_steps_times_batch_times_length_at_the_stated_throughput():
+    from elf.report.trends import SLOTS_PER_GPU_HOUR_B, replicate_gpu_hours
+
+    cfg = config(0)
+    cfg["run_defaults"]["budget"] = {"steps": 1000, "batch_size": 4}
+    cfg["runs"]["base"] = {"model": {"size": "ELF-B"}}
+    exp = parse_experiment(cfg)
+    assert replicate_gpu_hours(exp, "base") == pytest.approx(2 * 1000 * 4 * 8 / SLOTS_PER_GPU_HOUR_B)
+    assert SLOTS_PER_GPU_HOUR_B == pytest.approx(19_000 * 512 * 1024 / 32)   # the authors' 4 h / epoch
+
+
+def test_an_equal_claim_holds_within_a_tenth_and_fails_beyond_it():
+    cfg = config(0)
+    cfg["trends"] = {"same": {"claim": "shared ≈ separate", "relation": "equal",
+                              "lower": {"run": "base", "sampler": "many"}, "higher": {"run": "student", "sampler": "many"}}}
+    exp = parse_experiment(cfg)
+    def verdict(a, b, se=0.5):
+        return check_trends(frame({("base", "many"): (a, se), ("student", "many"): (b, se)}), exp)[0].verdict
+    # margin 2·sqrt(2·0.25) = 1.41; tolerance 0.1 × 40 = 4
+    assert verdict(40.0, 41.0) == HOLDS            # 1 + 1.41 ≤ 4.05
+    assert verdict(36.0, 44.0) == FAILS            # 8 − 1.41 > 4
+    assert verdict(38.0, 42.0) == UNRESOLVED       # 4 + 1.41 > 4, 4 − 1.41 < 4
+
+
+def test_a_figure_can_name_its_pairs_one_sampler_per_run():
+    """F8's form: each run with its own sampler, not every run with every sampler."""
+    cfg = config(0)
+    cfg["figures"]["F8"] = {"kind": "figure", "title": "t", "runs": ["base", "student"],
+                            "samplers": ["few", "many"],
+                            "pairs": [{"run": "base", "sampler": "many"}, {"run": "student", "sampler": "few"}]}
+    exp = parse_experiment(cfg)
+    assert plan.figure_pairs(exp, "F8") == [("base", "many"), ("student", "few")]
+    assert ("base", "few") in plan.review_pairs(exp) and ("student", "many") not in plan.review_pairs(exp)
+    cfg["figures"]["F8"]["pairs"].append({"run": "base", "sampler": "mid"})
+    with pytest.raises(ConfigError, match="figures.F8.pairs.*base/mid"):
+        parse_experiment(cfg)
+
+
+def test_the_paper_configs_claims_each_get_a_verdict_and_the_cost_of_their_training_spread():
+    import yaml
+    from pathlib import Path
+
+    exp = parse_experiment(yaml.safe_load((Path(__file__).resolve().parents[1] / "config" /
+                                           "paper.yaml").read_text()))
+    assert len(exp.trends) >= 25
+    rows = [{"run": r, "sampler": s, "gen_ppl": 30.0 + i, "gen_ppl_se": 0.2, "gen_ppl_n": 6,
+             "entropy": 5.0, "entropy_se": 0.01, "entropy_n": 6, "bleu": 25.0 + i / 10, "bleu_se": 0.1,
+             "bleu_n": 6, "rouge1": 35.0, "rouge1_se": 0.1, "rouge1_n": 6}
+            for i, (r, s) in enumerate(plan.trend_pairs(exp))]
+    results = check_trends(pd.DataFrame(rows), exp)
+    assert len(results) == len(exp.trends) and all(r.note != "no data" for r in results)
+    text = trends_markdown(results)
+    for trend in exp.trends.values():
+        assert f"| {trend.claim} |" in text
+    r01 = next(r for r in results if r.name == "sc_cfg_ppl")   # R01 trained once: 2 × 5 epochs × 32 h
+    assert "training spread unmeasured: R01 trained once; 2 more training seeds ≈ 320 GPU-hours" in r01.note

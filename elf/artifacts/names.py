@@ -30,6 +30,7 @@ RUN_STATS = "normalization_stats"    # the statistics the run normalised with
 RUN_TOKENIZER = "tokenizer"
 RUN_PRECISION = "precision"
 RUN_PARAMETERS = "num_parameters"    # the network's parameter count (report T6/T7)
+RUN_TRAIN_ROWS = "train_rows"        # rows of the training data (an epoch; report T6-T8 valid tokens)
 RUN_RELEASED = "released"            # a released checkpoint's origin
 
 # tokens.json keys (``elf.artifacts.records.token_record``)

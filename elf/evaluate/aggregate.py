@@ -2,8 +2,12 @@
 
 Pure computation on metric dicts; ``elf aggregate`` reads the score files and writes the result.
 SE = sample std (ddof = 1) / sqrt(n) across seeds; with one seed SE is 0.0 and ``se_note`` says so.
-ROUGE's per-example SE (``rouge1_se`` …) is aggregated like any metric (its mean over seeds) and is
-also attached to its metric as ``se_examples`` (one seed, the paper's XSum ± ) or
+A metric's SE over its own samples or examples (``gen_ppl_se``, ``entropy_se``, ``bleu_se``,
+``rouge1_se`` …, computed where the per-sample values exist: elf/evaluate/uncertainty.py) is
+aggregated like any metric (its mean over seeds) and is also attached to its metric as
+``se_samples``: the SE of the mean over seeds that the per-seed SEs imply, sqrt(Σ se_k²) / K (one
+seed: its own SE). It is what the replication review compares with, even from one seed. ROUGE's
+per-example SE is also kept as ``se_examples`` (one seed, the paper's XSum ± ) or
 ``se_examples_per_seed`` (several).
 
     from elf.evaluate.aggregate import aggregate_metrics
@@ -17,6 +21,7 @@ from typing import Mapping
 
 from elf.artifacts.names import PER_SEED
 from elf.evaluate.textmetrics import ROUGE_TYPES, mean_and_se
+from elf.evaluate.uncertainty import seed_mean_se
 
 ONE_SEED_NOTE = "one seed only: no spread across seeds to estimate; se set to 0.0"
 EXAMPLE_SE_KEYS = {f"{rouge_type}_se": rouge_type for rouge_type in ROUGE_TYPES}
@@ -54,6 +59,10 @@ def aggregate_metrics(metrics_by_seed: Mapping[str, Mapping]) -> dict:
     aggregated = {}
     for name in first_names:
         aggregated[name] = aggregate_values({s: m[name] for s, m in metrics_by_seed.items()})
+    for name in first_names:
+        if name.endswith("_se") and name[:-3] in aggregated:
+            aggregated[name[:-3]]["se_samples"] = seed_mean_se(
+                [m[name] for m in metrics_by_seed.values()])
     for se_key, rouge_type in EXAMPLE_SE_KEYS.items():
         if se_key in first_names and rouge_type in aggregated:
             per_seed = {s: m[se_key] for s, m in metrics_by_seed.items()}

@@ -5,12 +5,17 @@ in bf16 under the bf16 precision policy as the authors do: ``elf.precision.score
 
 Protocol (the released scorer, spec §6 corrected, reproduced exactly):
 - texts empty after ``strip()`` are dropped before scoring and counted (``n_empty``);
-- all remaining texts are retokenised in one call, truncated to 1024 tokens (or the model's context if
-  smaller), and right-padded with EOS to the longest text of the **whole set**; only then are they sliced
-  into batches of ``batch_size`` (64), so the score does not depend on the batch size;
-- token NLLs from position 1 on; a target position counts if its token is not EOS, or if it is the
-  sequence's first EOS. For a text without an EOS of its own that first EOS is its first padding token:
-  every text but the set's longest is charged one EOS prediction;
+- all remaining texts are retokenised in one call, truncated to ``max_length`` tokens (None: not
+  truncated), and right-padded with EOS to the longest text of the **whole set**; only then are they
+  sliced into batches of ``batch_size`` (64), so the score does not depend on the batch size;
+- a padded set longer than the scorer's context (1024 positions for GPT-2 Large) is scored in
+  context-sized chunks along the sequence, each chunk on its own (no context carried over), as the
+  authors' ``Metrics`` does: a 1024-token sample retokenised by GPT-2 can be longer than GPT-2 Large's
+  positions, and truncating it would drop its tail. A set within the context is one chunk: exactly the
+  released scorer's computation;
+- token NLLs from position 1 of each chunk on; a target position counts if its token is not EOS, or if
+  it is the chunk's first EOS. For a text without an EOS of its own that first EOS is its first padding
+  token: every text but the set's longest is charged one EOS prediction;
 - corpus PPL = exp(Σ counted NLL / Σ counted tokens), NLLs in fp32 from the scorer's logits.
 A text with no counted target (the set's longest text is one token long) has no perplexity of its own;
 if no text has one the corpus value is nan (written as null). Both cases warn instead of dividing by 0.
@@ -37,6 +42,12 @@ def scoring_context(model, max_length: int = GPT2_CONTEXT) -> int:
     model_context = getattr(model.config, "n_positions", None) or \
         getattr(model.config, "max_position_embeddings", None)
     return min(max_length, model_context) if model_context else max_length
+
+
+def model_context(model) -> int:
+    """Positions the scorer attends over (GPT-2: ``n_positions``); GPT-2's 1024 when it says none."""
+    return getattr(model.config, "n_positions", None) or \
+        getattr(model.config, "max_position_embeddings", None) or GPT2_CONTEXT
 
 
 def retokenize(texts: Sequence[str], tokenizer, max_length: int | None) -> list[list[int]]:
@@ -84,14 +95,18 @@ def target_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> 
 
 
 def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
-            device: str | torch.device | None = None, max_length: int = GPT2_CONTEXT,
+            device: str | torch.device | None = None, max_length: int | None = GPT2_CONTEXT,
             progress: bool = True) -> dict:
-    """Corpus generative perplexity of ``texts`` (protocol in the module docstring).
+    """Corpus generative perplexity of ``texts`` (protocol in the module docstring): retokenised
+    texts truncated at ``max_length`` (None: whole texts), scored in chunks of the model's context.
 
     ``device`` defaults to the model's. Returns ``gen_ppl`` (nan if nothing was scored), ``n_empty``,
     ``n_scored_tokens``, ``nll_sum``, ``n_samples`` (texts scored, empty ones excluded) and
     ``per_sample``: each text's own perplexity over its counted targets (its first padding EOS
-    included), None for an empty text or one without a counted target."""
+    included), None for an empty text or one without a counted target; ``per_sample_nll`` and
+    ``per_sample_tokens``: each text's summed counted NLL and its number of counted targets (None
+    for an empty text), what the corpus value's standard error is computed from
+    (``elf.evaluate.uncertainty.ratio_ppl_se``)."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the scorer's tokenizer has no EOS token")
     if tokenizer.pad_token is None:
@@ -101,10 +116,14 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
     model.eval()
     kept = scored_texts(texts)
     per_sample: list[float | None] = [None] * len(texts)
-    token_lists = retokenize([texts[i] for i in kept], tokenizer, scoring_context(model, max_length))
-    row_sums, row_counts = _score_rows(model, token_lists, eos_id, batch_size, device, progress)
+    per_nll: list[float | None] = [None] * len(texts)
+    per_tokens: list[int | None] = [None] * len(texts)
+    token_lists = retokenize([texts[i] for i in kept], tokenizer, max_length)
+    row_sums, row_counts = _score_rows(model, token_lists, eos_id, batch_size, device, progress,
+                                       model_context(model))
     for k, (row_sum, row_count) in enumerate(zip(row_sums.tolist(), row_counts.tolist())):
         per_sample[kept[k]] = math.exp(row_sum / row_count) if row_count else None
+        per_nll[kept[k]], per_tokens[kept[k]] = row_sum, int(row_count)
     nll_sum, n_counted = float(row_sums.sum()), int(row_counts.sum())
     if kept and not row_counts.all():
         warnings.warn(f"Gen. PPL: {int((row_counts == 0).sum())} of {len(kept)} texts have no counted "
@@ -114,21 +133,32 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
         warnings.warn("Gen. PPL: no counted target token in any text; the score is nan", stacklevel=2)
     ppl = math.exp(nll_sum / n_counted) if n_counted else float("nan")
     return {"gen_ppl": ppl, "n_empty": len(texts) - len(kept), "n_scored_tokens": n_counted,
-            "nll_sum": nll_sum, "n_samples": len(kept), "per_sample": per_sample}
+            "nll_sum": nll_sum, "n_samples": len(kept), "per_sample": per_sample,
+            "per_sample_nll": per_nll, "per_sample_tokens": per_tokens}
 
 
-def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progress: bool):
+def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progress: bool,
+                context: int):
     """(Σ counted NLL, number of counted targets) per text, float64 and int64 tensors (N,): the whole
-    set padded at once with EOS to its longest, then scored in slices of ``batch_size``."""
+    set padded at once with EOS to its longest, cut into chunks of ``context`` positions, each chunk
+    scored in slices of ``batch_size`` of the rows that have a token of their own in it (a chunk of
+    padding alone counts no target: its first EOS is its position 0)."""
+    n = len(token_lists)
+    row_sums, row_counts = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.long)
     if not token_lists:
-        return torch.zeros(0, dtype=torch.float64), torch.zeros(0, dtype=torch.long)
+        return row_sums, row_counts
     input_ids, attention_mask = pad_right(token_lists, eos_id)
-    counted = counted_targets(input_ids, eos_id)                             # (N, T−1)
-    row_sums = torch.zeros(len(token_lists), dtype=torch.float64)
-    if counted.shape[1]:  # the longest text has a token after its first
-        starts = range(0, len(token_lists), batch_size)
+    for begin in range(0, input_ids.shape[1], context):
+        ids, mask = input_ids[:, begin:begin + context], attention_mask[:, begin:begin + context]
+        counted = counted_targets(ids, eos_id)                               # (N, chunk − 1)
+        if not counted.shape[1]:
+            continue  # a one-position chunk has no target
+        active = torch.nonzero(mask.any(1) if begin else torch.ones(n, dtype=torch.bool)).flatten()
+        starts = range(0, len(active), batch_size)
         for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
-            rows = slice(start, start + batch_size)
-            nll = target_nll(model, input_ids[rows].to(device), attention_mask[rows].to(device))
-            row_sums[rows] = (nll.cpu().double() * counted[rows]).sum(1)  # (XLA: no f64 on TPU)
-    return row_sums, counted.sum(1)
+            rows = active[start:start + batch_size]
+            nll = target_nll(model, ids[rows].to(device), mask[rows].to(device)).cpu().double()
+            # where, not a product: a masked position's NLL may be inf (XLA: no f64 on TPU)
+            row_sums[rows] += torch.where(counted[rows], nll, torch.zeros_like(nll)).sum(1)
+        row_counts += counted.sum(1)
+    return row_sums, row_counts

@@ -12,38 +12,55 @@ from dataclasses import dataclass
 from typing import Any
 
 
+SE_SETTINGS = {  # how each task's standard errors are computed (elf/evaluate/uncertainty.py)
+    "unconditional": "gen_ppl_se: delta method on log Gen. PPL over samples, through exp; "
+                     "entropy_se: sample SD / sqrt(N)",
+    "translation": "bleu_se: SD of corpus BLEU over bootstrap resamples of the sentences",
+    "summarization": "rouge*_se: population SD over examples / sqrt(N) (the authors')",
+}
+
+
 @dataclass(frozen=True)
 class Scorer:
-    """A loaded Gen. PPL scorer and how it scores: batch size and token budget per text."""
+    """A loaded Gen. PPL scorer and how it scores: batch size and the truncation of each retokenised
+    text (``max_length``; None: whole texts, scored in context-sized chunks)."""
     model: Any
     tokenizer: Any
     device: Any
     batch_size: int
-    max_length: int
+    max_length: int | None
 
 
 def unconditional_metrics(texts: list[str], scorer: Scorer) -> tuple[dict, dict, list[dict]]:
     """(metrics, metrics_settings, per-sample values) for Gen. PPL, entropy and repetition (the
-    share of a sample's words its most frequent word takes)."""
+    share of a sample's words its most frequent word takes), with the standard errors of Gen. PPL
+    and entropy over the samples (``gen_ppl_se``, ``entropy_se``: elf/evaluate/uncertainty.py)."""
     from elf.evaluate.entropy import text_entropy
-    from elf.evaluate.genppl import gen_ppl, scoring_context
+    from elf.evaluate.genppl import gen_ppl, model_context
     from elf.evaluate.repetition import repetition, top_word_share
+    from elf.evaluate.uncertainty import mean_se, ratio_ppl_se
 
-    context = scoring_context(scorer.model, scorer.max_length)
+    context = model_context(scorer.model)
     ppl = gen_ppl(texts, scorer.model, scorer.tokenizer, batch_size=scorer.batch_size,
-                  device=scorer.device, max_length=context)
-    entropy = text_entropy(texts, scorer.tokenizer, max_length=context)  # the ids the scorer saw
+                  device=scorer.device, max_length=scorer.max_length)
+    entropy = text_entropy(texts, scorer.tokenizer, max_length=scorer.max_length)  # the ids it saw
     metrics = {"gen_ppl": ppl["gen_ppl"], "entropy": entropy["entropy"],
+               "gen_ppl_se": ratio_ppl_se([v for v in ppl["per_sample_nll"] if v is not None],
+                                          [v for v in ppl["per_sample_tokens"] if v is not None]),
+               "entropy_se": mean_se(entropy["per_sample"]),
                "repetition": repetition(texts)["repetition"], "n_samples": len(texts),
                "n_empty": ppl["n_empty"], "n_scored_tokens": ppl["n_scored_tokens"]}
     settings = {"batch_size": scorer.batch_size, "context": context,
+                "truncation": scorer.max_length,
+                "long_samples": "scored in chunks of the context, each on its own (the authors' Metrics)",
                 "padding": "right, EOS, to the longest sample of the whole set",
                 "counted": "non-EOS targets from position 1 plus each row's first EOS",
                 "dropped": "samples empty after strip() (Gen. PPL and entropy)",
                 "scorer_dtype": str(next(scorer.model.parameters()).dtype).removeprefix("torch."),
                 "device": str(scorer.device),
-                "entropy_tokens": "scorer tokenizer, truncated at context, nats",
-                "repetition": "most frequent word's share of a sample's words, mean over samples"}
+                "entropy_tokens": "scorer tokenizer, the ids scored (truncation above), nats",
+                "repetition": "most frequent word's share of a sample's words, mean over samples",
+                "se": SE_SETTINGS["unconditional"]}
     per_sample = [{"gen_ppl": p, "entropy": h, "repetition": top_word_share(text)}
                   for p, h, text in zip(ppl["per_sample"], entropy["per_sample"], texts)]
     return metrics, settings, per_sample
@@ -56,11 +73,17 @@ def conditional_metrics(hypotheses: list[str], references: list[str], task: str
     from elf.evaluate.textmetrics import (BLEU_SETTINGS, ROUGE_SETTINGS, bleu, rouge,
                                           rouge_per_example, sentence_bleus)
 
+    from elf.evaluate.uncertainty import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bleu_bootstrap_se
+
     if task == "translation":
         score, signature = bleu(hypotheses, references)
         per_example = [{"bleu": b} for b in sentence_bleus(hypotheses, references)]
-        return ({"bleu": score, "bleu_signature": signature, "n_examples": len(hypotheses)},
-                BLEU_SETTINGS, per_example)
+        se = bleu_bootstrap_se(hypotheses, references, BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
+        return ({"bleu": score, "bleu_se": se, "bleu_signature": signature,
+                 "n_examples": len(hypotheses)},
+                {**BLEU_SETTINGS, "se": SE_SETTINGS["translation"],
+                 "bootstrap_seed": BOOTSTRAP_SEED, "bootstrap_resamples": BOOTSTRAP_RESAMPLES},
+                per_example)
     return (rouge(hypotheses, references), ROUGE_SETTINGS,
             rouge_per_example(hypotheses, references))
 

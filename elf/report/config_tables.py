@@ -12,7 +12,8 @@ from typing import Any, Callable
 from elf.artifacts.names import RUN_MODEL, RUN_PARAMETERS, RUN_SETTINGS
 from elf.report.cells import (DASH, Table, TableInputs, count_text, same_setting, setting_cell, tokens_b,
                               _text)
-from elf.report.runs import our_token_bars, paper_pd_tokens, run_epochs, trained_tokens
+from elf.report.runs import (authors_steps, our_token_bars, paper_pd_tokens, run_epochs, token_basis,
+                             trained_tokens, valid_fraction)
 
 
 
@@ -81,15 +82,36 @@ def table_T11(inputs: TableInputs) -> Table:
 # Model configurations (T6)
 # --------------------------------------------------------------------------------------------------
 
-PAPER_SIZE_OF_RUN = {"R01": "ELF-B", "R02": "ELF-M", "R03": "ELF-L"}  # paper Table 6 rows
+ADALN_MODEL = "ELF-B (adaLN-Zero)"   # R28: the paper states its 148M in App. D (F14), not in T6
+PAPER_SIZE_OF_RUN = {"R01": "ELF-B", "R02": "ELF-M", "R03": "ELF-L",  # paper Table 6 rows
+                     "R28": ADALN_MODEL}
+
+
+def t6_entries(paper_values: dict) -> list[dict]:
+    """Table 6's rows, and R28's adaLN-Zero ELF-B (its parameter count from the text, App. D / F14;
+    its other settings ELF-B's)."""
+    section = paper_values.get("table_6") or {}
+    entries = list(section.get("entries", []))
+    stated = (section.get("related_text") or {}).get("adaLN_zero_ELF_B_params")
+    base = next((e for e in entries if e.get("model") == "ELF-B"), None)
+    if stated and base:
+        entries.append({**base, "model": ADALN_MODEL, "params": stated, "src": "T6 / App. D (F14)"})
+    return entries
 
 
 def paper_dims_params(size: str) -> int:
     """Our network's parameters at a paper size and the paper's data dims
-    (``elf.model.preset_num_parameters``)."""
+    (``elf.model.preset_num_parameters``; ``ADALN_MODEL``: ELF-B with adaLN-Zero conditioning)."""
     from elf.model import preset_num_parameters
 
-    return preset_num_parameters(size)
+    if size != ADALN_MODEL:
+        return preset_num_parameters(size)
+    import torch
+
+    from elf.model import ELF, model_config
+
+    with torch.device("meta"):
+        return ELF(model_config("ELF-B", conditioning="adaln")).num_parameters()
 
 
 def paper_model_of(config: dict) -> str | None:
@@ -113,16 +135,23 @@ def run_model_record(run: str, meta: dict) -> dict:
             "path": meta["config_path"]}
 
 
+EPOCHS_NOTE = ("training tokens = valid (non-pad) tokens, steps × batch × L × the train store's "
+               "valid share (its valid-token count ÷ rows × L), as the paper counts them (45.2B = 5 "
+               "epochs × 9.04B valid OWT tokens); epochs = steps × batch ÷ the store's rows. A run "
+               "that records no row count shows token slots (steps × batch × L) and slots ÷ valid "
+               "tokens.")
+
+
 def table_T6(inputs: TableInputs) -> Table:
     """Model configurations: the paper's B/M/L, our network at those sizes and the paper's dims
     (parameter count by construction), and each configured run as trained (its config.json)."""
-    paper = (inputs.paper_values.get("table_6") or {}).get("entries", [])
+    paper = t6_entries(inputs.paper_values)
     header = ["Model", "Source", "Depth", "Width", "Heads", "Params", "Training tokens", "Epochs"]
     records = [run_model_record(run, meta) for run, meta in inputs.runs_meta.items()]
     rows = []
     for entry in paper:
         model = entry["model"]
-        rows.append([model, "paper (T6)", *(str(entry.get(k, DASH)) for k in
+        rows.append([model, f"paper ({entry.get('src', 'T6')})", *(str(entry.get(k, DASH)) for k in
                                             ("depth", "hidden", "heads", "params")),
                      DASH, f"{entry.get('owt_epochs', DASH)} (OWT)"])
         rows.append([model, "our network at the paper's dims", *(str(entry.get(k, DASH)) for k in
@@ -130,18 +159,18 @@ def table_T6(inputs: TableInputs) -> Table:
                      count_text(paper_dims_params(model)), DASH, DASH])
         rows += [_t6_run_row(r) for r in records if r["paper_model"] == model]
     rows += [_t6_run_row(r) for r in records if r["paper_model"] not in {e["model"] for e in paper}]
-    notes = ["Paper: Table 6, p. 30 (v2). 'Our network at the paper's dims': elf.model with the "
+    notes = ["Paper: Table 6, p. 30 (v2); the adaLN-Zero ELF-B (R28) has the 148M parameters App. D "
+             "states for F14. 'Our network at the paper's dims': elf.model with the "
              "paper's size, d=512 (T5-small), vocabulary 32128, L=1024, bottleneck 128, in-context "
              "conditioning, counted on the meta device. Our runs: the network and parameter count "
-             "each run's config.json records; training tokens = steps × batch × L; epochs = training "
-             "tokens ÷ the train store's tokens."] + _metadata_note(records)
+             "each run's config.json records; " + EPOCHS_NOTE] + _metadata_note(records)
     return Table("T6", inputs.title, header, rows, notes)
 
 
 def _t6_run_row(record: dict) -> list[str]:
     return [f"{record['size']} [{record['run']}]", "ours", _text(record["depth"]),
             _text(record["width"]), _text(record["heads"]), count_text(record["params"]),
-            _text(record["tokens"], "{:,}"), _text(record["epochs"], "{:.2f}")]
+            _text(record["tokens"], "{:,.0f}"), _text(record["epochs"], "{:.2f}")]
 
 
 def _metadata_note(records: list[dict]) -> list[str]:
@@ -191,8 +220,8 @@ def _constant(value: Any) -> Callable[[dict], Any]:
     return lambda config: value
 
 
-ARCH, NOISE, GUIDE, OPT = ("model_architecture", "denoising_and_decoding",
-                           "conditioning_and_guidance", "optimization")
+ARCH, NOISE, GUIDE, OPT, BUDGET = ("model_architecture", "denoising_and_decoding",
+                                   "conditioning_and_guidance", "optimization", "related_text")
 D0_ITEMS: list[tuple[str, str, str, Callable[[dict], Any], float | None]] = [
     (ARCH, "model", "Model", lambda c: c[RUN_SETTINGS]["model"]["size"], 0),
     (ARCH, "model_size", "Parameters", lambda c: c.get(RUN_PARAMETERS), 0.01),
@@ -228,9 +257,13 @@ D0_ITEMS: list[tuple[str, str, str, Callable[[dict], Any], float | None]] = [
     (OPT, "lr_schedule", "LR schedule", _constant("constant"), 0),  # after warm-up (lr_at)
     (OPT, "warmup_epochs", "Warm-up (epochs)", _warmup_epochs, 0.01),
     (OPT, "ema_decay", "EMA decay", _optim("ema_decay"), 0),
+    (BUDGET, "owt_steps_5_epochs", "Steps (configured)", lambda c: c[RUN_SETTINGS]["budget"]["steps"],
+     None),
+    (BUDGET, "owt_steps_5_epochs", "Steps (authors' code: ⌊rows ÷ batch⌋ × 5)",
+     lambda c: authors_steps(c, 5), None),
 ]
 D0_GROUPS = {ARCH: "Architecture", NOISE: "Denoising / decoding", GUIDE: "Conditioning / guidance",
-             OPT: "Optimisation"}
+             OPT: "Optimisation", BUDGET: "Budget"}
 
 
 def d0_items(config: dict, table_7: dict) -> list[dict]:
@@ -262,7 +295,8 @@ def table_T7(inputs: TableInputs) -> Table:
         rows.append(cells)
     notes = ["Paper: Table 7, p. 30 (v2), the defaults every run follows unless noted. Ours: each "
              "run's config.json (the settings it trained with); learning rate = blr × batch / 256 "
-             "(elf.train.optim); epochs = training tokens ÷ the train store's tokens. Same: equal "
+             "(elf.train.optim); " + EPOCHS_NOTE + " Steps: as configured, and as the authors' code "
+             "derives them (⌊rows ÷ batch⌋ × epochs); the paper rounds to ≈ 95K. Same: equal "
              "settings (a configuration comparison, not a measurement); – = not comparable."]
     records = [{"path": inputs.runs_meta[r]["config_path"]} for r in runs]
     return Table("T7", inputs.title, header, rows, notes + _metadata_note(records))
@@ -281,7 +315,10 @@ def _base_formula(meta: dict) -> str:
     length = (config.get(RUN_MODEL) or {}).get("max_length")
     if trained_tokens(config) is None:
         return DASH
-    return f"{budget['batch_size']} × {budget['steps']:,} × {length}"
+    formula = f"{budget['batch_size']} × {budget['steps']:,} × {length}"
+    if token_basis(config) == "valid":
+        formula += f" × {valid_fraction(config):.3f} valid"
+    return formula
 
 
 def table_T8(inputs: TableInputs) -> Table:
@@ -313,8 +350,8 @@ def table_T8(inputs: TableInputs) -> Table:
                      _text(bar.total, "{:,.0f}"), tokens_b(bar.total), _text(ratio, "{:.1f}"),
                      f"ours ({bar.path})"])
     notes = ["Paper: Table 8, p. 31 (v2): " + section.get("caption", ""),
-             "Ours: batch × steps × L of each run's config.json; a distilled run adds its rounds "
-             "(tokens.json, written by `elf distill`) to its teacher's tokens. × ELF: against our "
+             "Ours: " + EPOCHS_NOTE + " A distilled run adds its rounds "
+             "(tokens.json, written by `elf distill`, × the same valid share) to its teacher's tokens. × ELF: against our "
              "first trained run (a distilled run: against its teacher), as the paper's ratio is "
              "against ELF-B. Released checkpoints were not trained here (–)."]
     return Table("T8", inputs.title, header, rows, notes)

@@ -11,7 +11,9 @@ Reads (never writes):
 ``figure_frame(exp, id, evals_root)`` gives one row per (run, sampler) of a figure or table:
 run and sampler settings, metric means (``gen_ppl``), seed SEs (``gen_ppl_se``), seed counts
 (``gen_ppl_n``), per-example SEs where the aggregate carries them (metric ``rouge1_se`` →
-column ``rouge1_example_se``), ``aggregate_path`` and ``aggregate_sha256``. A row's ``split`` is the
+column ``rouge1_example_se``: their mean over seeds), the SE of the seed mean from the samples'
+own spread (``se_samples`` → ``gen_ppl_sample_se``, elf/evaluate/aggregate.py),
+``aggregate_path`` and ``aggregate_sha256``. A row's ``split`` is the
 split a conditional (run, sampler) is scored on (``scored_split``; None when unconditional).
 """
 
@@ -82,6 +84,8 @@ def metric_columns(metrics: dict) -> dict[str, float]:
         columns[name] = _number(stats.get("mean"))
         columns[f"{name}_se"] = _number(stats.get("se"))
         columns[f"{name}_n"] = _number(stats.get("n"))
+        if "se_samples" in stats:  # the SE of the seed mean from the samples' own spread
+            columns[f"{name}_sample_se"] = _number(stats["se_samples"])
         if "se_examples" in stats:  # `elf aggregate` attaches ROUGE's per-example SE (one seed)
             columns.setdefault(f"{name}_example_se", _number(stats["se_examples"]))
     return columns
@@ -178,6 +182,7 @@ def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], evals_root: str
         rows.append({**run_columns(exp, run), **sampler_columns(exp, sampler),
                      "split": scored_split(exp, run, sampler),
                      **metric_columns(aggregate.get(METRICS, {})),
+                     "bleu_signature": aggregate.get("bleu_signature"),
                      "aggregate_path": str(path), "aggregate_sha256": sha256_file(path)})
     frame = pd.DataFrame(rows)
     if frame.empty:
@@ -247,6 +252,18 @@ def reported_se(row: pd.Series | dict, metric: str, prefer: str = "seeds") -> fl
         if math.isfinite(value):
             return value
     return math.nan
+
+
+def verdict_se(row: pd.Series | dict, metric: str) -> float:
+    """The SE a verdict uses for one of our numbers (the review, the trend checks): the larger of
+    the SE over evaluation seeds (n ≥ 2) and the SE of the seed mean from the samples' own spread
+    (``<metric>_sample_se``) — conservative, and defined from one seed; else the per-example SE;
+    NaN if none."""
+    seed_se = _get(row, f"{metric}_se") if _get(row, f"{metric}_n") >= 2 else math.nan
+    known = [v for v in (seed_se, _get(row, f"{metric}_sample_se")) if math.isfinite(v)]
+    if known:
+        return max(known)
+    return _get(row, f"{metric}_example_se")
 
 
 def _get(row: pd.Series | dict, key: str) -> float:

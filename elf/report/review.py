@@ -1,10 +1,10 @@
 """The replication review: every paper value the configuration can reproduce, beside ours.
 
 ``compare(frame, points, ids_of_pair)`` pairs each paper value with each of our (run, sampler) rows
-that it matches (rule: ``elf.report.paper`` docstring, repeated in the review) and decides whether
-the difference lies within the combined standard error, ``|ours − paper| ≤ sqrt(se_paper² + se_ours²)``
-(a missing SE counts as 0). ``build_review`` lays out the document: a summary (counts within/outside
-SE), a banner when ``scale == "embedded"`` (a small-scale run on generated corpora, not a replication),
+that it matches (rule: ``elf.report.paper`` docstring, repeated in the review) and judges it
+consistent, inconsistent or not resolved (``elf.report.verdict``: our SE from the samples' own
+spread even for one seed, the paper's printed SE or a stated assumption, and a noise limit).
+``build_review`` lays out the document: a summary (verdict counts per table and per source), a banner when ``scale == "embedded"`` (a small-scale run on generated corpora, not a replication),
 the comparisons with their aggregate files, the configuration and arithmetic checks of T6/T7/T8
 (``configuration_checks``: model sizes, epochs, D0 hyperparameters and training tokens from the
 runs' config.json / tokens.json — settings, not measurements, kept apart from the comparisons), the
@@ -26,11 +26,12 @@ import pandas as pd
 
 from elf.artifacts.layout import review_paths
 from elf.io import atomic_path
-from elf.report import cells, config_tables
+from elf.report import cells, config_tables, verdict
 from elf.report.cells import DASH, fmt_pm, paper_pm
 from elf.report.paper import match_paper
-from elf.report.results import reported_se
+from elf.report.results import verdict_se
 from elf.report.runs import BILLION, our_token_bars, paper_pd_tokens, paper_tokens
+from elf.report.trends import TREND_RULE
 
 MATCHING_RULE = [
     "the paper's model maps to the run's `paper_run` (T1 ELF-B De-En → R04, XSum → R05; T9 ELF-B → "
@@ -45,30 +46,24 @@ MATCHING_RULE = [
     "authors' README (README rows: their released checkpoints, ELF-B De-En → R04, XSum → R05) on "
     "the validation split of their sets.",
 ]
-SE_RULE = ("Within SE: |ours − paper| ≤ sqrt(se_paper² + se_ours²). se_paper is the paper's printed "
-           "SE (T9: over 6 seeds; T1 XSum: across examples), 0 when the paper prints none; se_ours is "
-           "the SE over our evaluation seeds (n ≥ 2) — for T1 the per-example SE first — and 0 when "
-           "neither exists, so a value with no SE on either side is 'within' only if equal.")
 EMBEDDED_BANNER = ("This is a small-scale run of the pipeline on generated corpora (the embedded "
                    "default: tiny models, a tokenizer, encoder and Gen. PPL scorer trained here on "
                    "generated text), not a replication of the paper. Differences from the paper's "
                    "numbers are expected and say nothing about the method; the comparison shows that "
                    "every number is produced, matched and traced.")
 
+DEVIATION = "Deviation"   # an `unstated` entry that differs from what the paper states
+
 COMPARISON_COLUMNS = ["src", "point", "model", "paper_run", "run", "sampler", "setting", "split",
-                      "metric", "paper", "paper_se", "ours", "ours_se", "diff", "combined_se",
-                      "within_se", "used_by", "aggregate_path"]
-PER_EXAMPLE_SE_SOURCES = ("T1", "README")   # conditional scores: SE across examples
+                      "metric", "paper", "paper_se", "paper_se_used", "paper_se_basis", "ours", "ours_se", "diff",
+                      "combined_se", "band", "verdict", "reason", "used_by", "aggregate_path"]
 
 
-def within_se(ours: float, paper: float, se_ours: float = math.nan,
-              se_paper: float = math.nan) -> tuple[float, float, bool]:
-    """``(difference, combined SE, |difference| ≤ combined SE)``; a missing SE counts as 0."""
-    se_ours = se_ours if math.isfinite(se_ours) else 0.0
-    se_paper = se_paper if math.isfinite(se_paper) else 0.0
-    diff = ours - paper
-    combined = math.sqrt(se_ours ** 2 + se_paper ** 2)
-    return diff, combined, abs(diff) <= combined + 1e-12
+def split_text(value: Any) -> str:
+    """A row's split, or '–' (unconditional rows have none; pandas may hold it as NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        return DASH
+    return str(value)
 
 
 def _steps_text(steps: Any) -> str:
@@ -87,21 +82,23 @@ def setting_text(row: pd.Series | dict) -> str:
 
 def compare(frame: pd.DataFrame, points: pd.DataFrame,
             ids_of_pair: dict[tuple[str, str], list[str]] | None = None) -> pd.DataFrame:
-    """One row per (paper value, matching row of ours) with the within-SE decision."""
+    """One row per (paper value, matching row of ours) with its verdict (``elf.report.verdict``)."""
     out = []
     for _, match in match_paper(frame, points).iterrows():
         row = frame.loc[match["row_index"]]
-        prefer = "examples" if match["src"] in PER_EXAMPLE_SE_SOURCES else "seeds"
-        ours_se = reported_se(row, match["metric"], prefer)
-        diff, combined, ok = within_se(float(row[match["metric"]]), float(match["value"]),
-                                       ours_se, float(match["se"]))
+        ours_se = verdict_se(row, match["metric"])
+        judged = verdict.judge(float(row[match["metric"]]), float(match["value"]), ours_se,
+                               float(match["se"]), str(match["src"]), str(match["metric"]))
         out.append({
             "src": match["src"], "point": match["point"], "model": match["model"],
             "paper_run": match["paper_run"], "run": row["run"], "sampler": row["sampler"],
-            "setting": setting_text(row), "split": row.get("split") or DASH,
+            "setting": setting_text(row), "split": split_text(row.get("split")),
             "metric": match["metric"], "paper": match["value"],
-            "paper_se": match["se"], "ours": float(row[match["metric"]]), "ours_se": ours_se,
-            "diff": diff, "combined_se": combined, "within_se": ok,
+            "paper_se": match["se"], "paper_se_used": judged["se_paper"],
+            "paper_se_basis": judged["basis"],
+            "ours": float(row[match["metric"]]), "ours_se": ours_se,
+            "diff": judged["diff"], "combined_se": judged["combined_se"], "band": judged["band"],
+            "verdict": judged["verdict"], "reason": judged["reason"],
             "used_by": ", ".join((ids_of_pair or {}).get((row["run"], row["sampler"]), [])),
             "aggregate_path": row["aggregate_path"],
         })
@@ -137,7 +134,7 @@ def _check(src: str, kind: str, item: str, run: str, paper: Any, ours: Any, same
 
 
 def _t6_checks(runs_meta: dict[str, dict], paper_values: dict) -> list[dict]:
-    entries = {e["model"]: e for e in (paper_values.get("table_6") or {}).get("entries", [])}
+    entries = {e["model"]: e for e in config_tables.t6_entries(paper_values)}
     out = []
     for model, entry in entries.items():
         params = config_tables.paper_dims_params(model)
@@ -214,20 +211,26 @@ class Document:
         self.blocks.append(block)
 
 
-TREND_RULE = ("Each claim compares one metric of two (run, sampler) pairs, Δ = lower − higher. "
-              "It holds when Δ (the mean over training seeds) is below −2 × the larger of its "
-              "evaluation-seed SE and its training-seed SE (the run and its `replicate_of` "
-              "replicates) and every training seed agrees in sign; it does not hold when the same is "
-              "true with the signs reversed; otherwise it is not resolved at this scale "
-              "(elf/report/trends.py).")
-
-
 def _num(value: Any, digits: int = 2) -> str:
     try:
         value = float(value)
     except (TypeError, ValueError):
         return "–"
     return f"{value:.{digits}f}" if math.isfinite(value) else "–"
+
+
+def summary_rows(comparisons: pd.DataFrame) -> list[list[str]]:
+    """Verdict counts per table (``src``) and per source (the paper, the authors' README)."""
+    rows = []
+    for src, group in comparisons.groupby("src", sort=False):
+        c = verdict.counts(group["verdict"])
+        rows.append(["table", str(src), str(len(group)), *(str(c[v]) for v in verdict.VERDICTS)])
+    source = comparisons["src"].map(lambda s: "authors' README" if s == verdict.README_SOURCE
+                                    else "paper")
+    for name, group in comparisons.groupby(source, sort=False):
+        c = verdict.counts(group["verdict"])
+        rows.append(["source", name, str(len(group)), *(str(c[v]) for v in verdict.VERDICTS)])
+    return rows
 
 
 def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: str,
@@ -245,19 +248,17 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: s
     if scale == "embedded":
         doc.add("banner", EMBEDDED_BANNER)
     n = len(comparisons)
-    inside = int(comparisons["within_se"].sum()) if n else 0
     doc.add("h2", "Summary")
     doc.add("ul", [f"Scale: {scale}.",
-                   f"Paper values compared: {n}; within combined SE: {inside}; outside: {n - inside}.",
+                   f"Paper values compared: {n}: {verdict.counts_text(comparisons['verdict'])} "
+                   f"(rule below).",
                    f"Paper values of our paper runs with no matching run/sampler in this "
                    f"configuration: {len(not_matched)}.",
                    f"Paper values of baselines and literature (no run of ours): {baseline_count}.",
                    f"Configuration and arithmetic checks (T6/T7/T8; not measurements): "
                    f"{len(checks)}; same: {same}; different: {len(checks) - same}."])
     if n:
-        per_src = [f"{src}: {int(g['within_se'].sum())} of {len(g)} within SE"
-                   for src, g in comparisons.groupby("src", sort=False)]
-        doc.add("p", "By source: " + "; ".join(per_src) + ".")
+        doc.add("table", ["Counted by", "Group", "Compared", *verdict.VERDICTS], summary_rows(comparisons))
     doc.add("h2", "Data and splits")
     doc.add("ul", (list(data) or ["(no datasets supplied)"]) +
             ["Each comparison below names the split its number is on (conditional runs; "
@@ -265,16 +266,18 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: s
     doc.add("h2", "Matching rule")
     doc.add("p", "A paper value is compared with one of our (run, sampler) results when:")
     doc.add("ul", MATCHING_RULE)
-    doc.add("p", SE_RULE)
+    doc.add("h2", "Verdict rule")
+    doc.add("p", verdict.VERDICT_RULE)
     doc.add("h2", "Comparisons")
-    header = ["Paper", "Model", "Run / sampler", "Setting", "Split", "Metric", "Paper value", "Ours",
-              "Diff", "Comb. SE", "Within SE", "Used by", "Provenance"]
+    header = ["Paper", "Model", "Run / sampler", "Setting", "Split", "Metric", "Paper value",
+              "Paper SE used", "Ours", "Diff", "Comb. SE", "Band", "Verdict", "Why", "Used by",
+              "Provenance"]
     rows = [[c["src"], str(c["model"]), f"{c['run']} / {c['sampler']}", c["setting"], c["split"],
-             c["metric"],
-             paper_pm(c["paper"], c["paper_se"]), fmt_pm(c["ours"], c["ours_se"]),
-             f"{c['diff']:+.2f}",
-             _num(c["combined_se"], 3), "yes" if c["within_se"] else "no", c["used_by"],
-             c["aggregate_path"]] for _, c in comparisons.iterrows()]
+             c["metric"], paper_pm(c["paper"], c["paper_se"]),
+             f"{_num(c['paper_se_used'], 3)} ({c['paper_se_basis']})",
+             fmt_pm(c["ours"], c["ours_se"]), f"{c['diff']:+.2f}", _num(c["combined_se"], 3),
+             _num(c["band"], 3), c["verdict"], c["reason"], c["used_by"], c["aggregate_path"]]
+            for _, c in comparisons.iterrows()]
     if rows:
         doc.add("table", header, rows)
     else:
@@ -297,8 +300,13 @@ def build_review(comparisons: pd.DataFrame, not_matched: pd.DataFrame, trends: s
     doc.add("h2", "Trend checks: the paper's claims on our numbers")
     doc.add("p", TREND_RULE)
     doc.add("md", trends)
+    unstated_settings = list(unstated_settings)
+    deviations = [u for u in unstated_settings if u.startswith(DEVIATION)]
+    doc.add("h2", "Deviations from what the paper states")
+    doc.add("ul", deviations or ["None listed (`unstated` entries that begin with 'Deviation')."])
     doc.add("h2", "Settings not stated in the paper")
-    doc.add("ul", list(unstated_settings) or ["(none supplied)"])
+    doc.add("ul", [u for u in unstated_settings if not u.startswith(DEVIATION)] or
+            ["(none supplied)"])
     return doc
 
 
@@ -329,8 +337,12 @@ def to_markdown(doc: Document) -> str:
 
 HTML_STYLE = """body{font-family:sans-serif;max-width:1200px;margin:2em auto;line-height:1.4}
 table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:3px 6px}
-tr.out td{background:#fdecea}tr.in td{background:#edf7ed}
+tr.out td{background:#fdecea}tr.in td{background:#edf7ed}tr.open td{background:#fff8e1}
 .banner{border:3px solid #c62828;background:#fff3f3;padding:1em;font-size:1.1em;margin:1em 0}"""
+
+
+ROW_CSS = {"yes": " class='in'", "no": " class='out'", verdict.CONSISTENT: " class='in'",
+           verdict.INCONSISTENT: " class='out'", verdict.UNRESOLVED: " class='open'"}
 
 
 def to_html(doc: Document) -> str:
@@ -353,11 +365,10 @@ def to_html(doc: Document) -> str:
         elif kind == "table":
             header, rows = body
             out.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>")
-            verdict = [h for h in ("Within SE", "Same") if h in header]
-            within = header.index(verdict[0]) if verdict else None
+            judged = [h for h in ("Verdict", "Same") if h in header]
+            column = header.index(judged[0]) if judged else None
             for row in rows:
-                css = "" if within is None else (" class='in'" if row[within] == "yes"
-                                                 else " class='out'")
+                css = "" if column is None else ROW_CSS.get(row[column], "")
                 out.append(f"<tr{css}>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>")
             out.append("</table>")
     out.append("</body></html>")

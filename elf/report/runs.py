@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Iterable
 
 from elf.artifacts.layout import run_config_file, run_dir, run_tokens_file
-from elf.artifacts.names import EMA_WEIGHTS, RUN_SETTINGS, RUN_STATS, TOKENS_ROUNDS, TOKENS_TEACHER_SEEN
+from elf.artifacts.names import (EMA_WEIGHTS, RUN_MODEL, RUN_SETTINGS, RUN_STATS, RUN_TOKENS_FINGERPRINT,
+                                 RUN_TRAIN_ROWS, TOKENS_ROUNDS, TOKENS_TEACHER_SEEN)
 from elf.artifacts.records import run_tokens
 from elf.io import read_json, sha256_file
 from elf.report.results import MissingInputError
@@ -55,22 +56,76 @@ def metadata_entries(runs_meta: dict[str, dict]) -> list[dict]:
     return entries
 
 
-def trained_tokens(config: dict) -> int | None:
-    """Tokens a run trained on here (steps × batch × L, ``elf.artifacts.records.run_tokens``); None for
-    a released checkpoint (trained elsewhere) or when the budget is unknown."""
+# How the paper counts (T8, F7c, F9b, T6/T7 epochs and warm-up): training tokens are valid (non-pad)
+# tokens — 45.2B for ELF-B = 5 epochs × 9.04B valid OWT tokens — not steps × batch × L slots, which
+# count every padding position of a padded row (49.8B for R01's budget). A run's config.json records
+# the train store's valid-token count (``normalization_stats.count``) and its rows (``train_rows``);
+# an epoch is one pass over the rows, and the valid tokens seen are epochs × the valid count.
+
+def token_slots(config: dict) -> int | None:
+    """steps × batch × L of a run trained here (``elf.artifacts.records.run_tokens``); None for a
+    released checkpoint (trained elsewhere) or when the budget is unknown."""
     if (config.get(RUN_SETTINGS) or {}).get("kind") == "released":
         return None
     return run_tokens(config)
 
 
-def run_epochs(config: dict) -> float | None:
-    """Passes over the training data: trained tokens ÷ valid tokens of the train store (the count
-    its normalisation statistics were taken over); None when either is unknown."""
-    tokens = trained_tokens(config)
+def train_rows(config: dict) -> int | None:
+    """Rows of the run's training data (``train_rows``, else its token fingerprint's ``num_rows``)."""
+    rows = config.get(RUN_TRAIN_ROWS) or (config.get(RUN_TOKENS_FINGERPRINT) or {}).get("num_rows")
+    return int(rows) if rows else None
+
+
+def valid_count(config: dict) -> float | None:
+    """Valid (non-pad) tokens of the train store, as its statistics counted them."""
     count = (config.get(RUN_STATS) or {}).get("count")
-    if tokens is None or not count:
+    return float(count) if count else None
+
+
+def valid_fraction(config: dict) -> float | None:
+    """Valid tokens per token slot of the training data: count ÷ (rows × L); None if unknown."""
+    rows, count = train_rows(config), valid_count(config)
+    length = (config.get(RUN_MODEL) or {}).get("max_length")
+    if not rows or not count or not length:
         return None
-    return tokens / float(count)
+    return count / (rows * float(length))
+
+
+def run_epochs(config: dict) -> float | None:
+    """Passes over the training data: steps × batch ÷ rows (the paper's epochs); where the run
+    records no row count, token slots ÷ valid tokens (an overcount when rows are padded); None
+    when unknown."""
+    slots, rows = token_slots(config), train_rows(config)
+    if slots is None:
+        return None
+    budget = config[RUN_SETTINGS]["budget"]
+    if rows:
+        return int(budget["steps"]) * int(budget["batch_size"]) / rows
+    count = valid_count(config)
+    return slots / count if count else None
+
+
+def trained_tokens(config: dict) -> float | None:
+    """Valid tokens a run trained on (epochs × the store's valid count, ``token_basis`` "valid");
+    token slots where the run records no row count (basis "slots"); None for a released run."""
+    slots = token_slots(config)
+    fraction = valid_fraction(config)
+    if slots is None or fraction is None:
+        return slots
+    return slots * fraction
+
+
+def token_basis(config: dict) -> str:
+    """How ``trained_tokens`` counted: "valid" (non-pad tokens) or "slots" (steps × batch × L)."""
+    return "valid" if valid_fraction(config) is not None else "slots"
+
+
+def authors_steps(config: dict, epochs: int) -> int | None:
+    """The step budget the authors' code derives: ⌊rows / batch⌋ × epochs (None without a row count)."""
+    rows = train_rows(config)
+    if not rows:
+        return None
+    return rows // int(config[RUN_SETTINGS]["budget"]["batch_size"]) * int(epochs)
 
 
 @dataclasses.dataclass
@@ -118,10 +173,13 @@ def our_token_bars(runs_meta: dict[str, dict], labels: dict[str, str] | None = N
             bars.append(TokenBar(label, "ours", trained_tokens(meta["config"]), run=run,
                                  path=meta["config_path"]))
         elif run in finals:
-            rounds = [(r["run"], float(r["tokens_seen"])) for r in tokens.get(TOKENS_ROUNDS, [])]
+            # tokens.json counts slots; the round's own store (the teacher's) gives the valid share
+            fraction = valid_fraction(meta["config"]) or 1.0
+            rounds = [(r["run"], float(r["tokens_seen"]) * fraction)
+                      for r in tokens.get(TOKENS_ROUNDS, [])]
             base = tokens.get(TOKENS_TEACHER_SEEN)
-            bars.append(TokenBar(label, "ours", None if base is None else float(base), rounds,
-                                 run=run, path=meta["tokens_path"]))
+            bars.append(TokenBar(label, "ours", None if base is None else float(base) * fraction,
+                                 rounds, run=run, path=meta["tokens_path"]))
     return bars
 
 

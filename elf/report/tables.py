@@ -32,7 +32,7 @@ def table_T1(inputs: TableInputs) -> Table:
     authors' README for their released checkpoints (validation split), and ours per split."""
     points = inputs.points[inputs.points["src"].isin(["T1", "README"])] if not inputs.points.empty \
         else inputs.points
-    header = ["Model", "Params", *[c[2] for c in T1_COLUMNS], "Split", "Source"]
+    header = ["Model", "Params", *[c[2] for c in T1_COLUMNS], "Split", "Source", "BLEU setting"]
     rows = []
     for (src, model), group in points.groupby(["src", "model"], sort=False):
         cells = {p["metric"]: paper_pm(p["value"], p["se"]) for _, p in group.iterrows()}
@@ -40,10 +40,14 @@ def table_T1(inputs: TableInputs) -> Table:
             "paper" + _origin_marks(group["origin"])
         rows.append([model, _t1_params(inputs.paper_values, model),
                      *[cells.get(m, DASH) for _, m, _ in T1_COLUMNS],
-                     str(group["split"].iloc[0] or "test"), source])
+                     str(group["split"].iloc[0] or "test"), source, _paper_bleu_setting(src, group)])
     notes = ["Paper: T1 (p. 9), test split; XSum SE across evaluation examples; † = value from "
              "earlier work, ‡ = reproduced by the paper's authors. The authors' README states their "
-             "released checkpoints' scores on the validation split of their sets."]
+             "released checkpoints' scores on the validation split of their sets.",
+             "BLEU setting: each row's, as far as it is known. Ours: the sacreBLEU signature our "
+             "scores carry (lowercased, effective order, 13a tokenisation); the literature and "
+             "reproduced baselines' BLEU is computed in their own papers or codebases, whose "
+             "settings the paper does not state: the rows are not computed alike."]
     frame = inputs.frame
     for _, group in _t1_groups(frame):
         first, cells, runs = group.iloc[0], {}, []
@@ -53,11 +57,30 @@ def table_T1(inputs: TableInputs) -> Table:
                     cells[metric] = ours(row, metric, prefer="examples")
                     runs.append(row["run"])
         kind = "released checkpoints" if first["run_kind"] == "released" else "ours"
+        signatures = [s for s in group.get("bleu_signature", pd.Series(dtype=object)).dropna()]
         rows.append([f"ELF ({kind}) [{', '.join(dict.fromkeys(runs)) or DASH}]", DASH,
                      *[cells.get(m, DASH) for _, m, _ in T1_COLUMNS], str(first.get("split") or DASH),
-                     f"ours ({sampler_text(first)})"])
+                     f"ours ({sampler_text(first)})",
+                     f"sacreBLEU {signatures[0]}" if signatures else OUR_BLEU_SETTING])
     return Table("T1", inputs.title, header, rows,
                  notes + layout_notes(inputs.exp, frame) + provenance_note(frame))
+
+
+OUR_BLEU_SETTING = "sacreBLEU, lowercased, effective order, 13a (elf/evaluate/textmetrics.py)"
+
+
+def _paper_bleu_setting(src: str, group: pd.DataFrame) -> str:
+    """What the paper (or the authors' README) says of a row's BLEU computation."""
+    if "bleu" not in set(group["metric"]):
+        return DASH
+    if src == "README":
+        return "the authors' code (their README; setting not stated)"
+    origin = " ".join(str(o) for o in group[group["metric"] == "bleu"]["origin"].dropna())
+    if origin.startswith("literature"):
+        return f"as published ({origin.removeprefix('literature').strip(' ()') or 'its paper'}); not stated"
+    if origin.startswith("reproduced"):
+        return "the reproduction's codebase; not stated"
+    return "the authors' (not stated in the paper)"
 
 
 def _t1_groups(frame: pd.DataFrame):

@@ -65,7 +65,17 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
         if dataset_line:
             draw_dataset(ax, rec, panel, rows, inputs.dataset_scores, frontier=True)
         finish(ax, "entropy", "gen_ppl", x_is_entropy=True)
+    if has(df, "decode_head") and (df["decode_head"] == False).any():  # noqa: E712  (a separate decoder)
+        fig.text(0.5, 0.005, SEPARATE_DECODER_DEVIATION, ha="center", va="bottom", fontsize=6,
+                 wrap=True, color="0.3")
+        fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
     return fig, rec.frame()
+
+
+SEPARATE_DECODER_DEVIATION = (
+    "Deviation from the paper: the separate decoders (R11; R13/R14 at 768/1024-d) are built from "
+    "ELF blocks (RoPE, SwiGLU); the paper states a mirror of the T5 encoder. The runs decoded "
+    "through them are drawn with this difference.")
 
 
 def _panels(df: pd.DataFrame, panel_by: str | None) -> list[tuple[str, pd.DataFrame]]:
@@ -116,7 +126,35 @@ def steps_curve(inputs: FigureInputs, label_by: str, dataset_line: bool = False,
         if log_y:
             ax.set_yscale("log")
     finish(ax, "steps", "gen_ppl", x_is_entropy=False)
+    note = baselines_note(inputs.figure_id, baselines, reference, baseline_steps)
+    if note:
+        fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=6, wrap=True, color="0.3")
+        fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))  # room for the note under the axes
     return fig, rec.frame()
+
+
+# Figures whose paper version draws baselines this one cannot (their values are not tabulated).
+BASELINES_NOT_DRAWN = {
+    "F7a": "Baselines not drawn: the paper's MDLM, Duo and FLM curves (and LangFlow, named in its "
+           "text) are not tabulated in the paper, so only ELF and the Dataset line are shown.",
+}
+# Where a drawn baseline series is an assumption about the paper's figure.
+BASELINES_ASSUMED = {
+    "F7b": " The paper does not tabulate F7b's baseline curves; they are assumed to be Table 4's "
+           "8/16/32-step rows.",
+}
+
+
+def baselines_note(figure_id: str, src: str | None, reference: pd.DataFrame | None,
+                   steps: tuple[int, ...] | None) -> str:
+    """What a steps figure says under its axes of the baselines it draws (which, from where) or
+    cannot draw; '' when its paper version has none."""
+    if src and reference is not None and not reference.empty:
+        models = ", ".join(dict.fromkeys(reference["model"]))
+        at = f" at {'/'.join(str(s) for s in steps)} steps" if steps else ""
+        return (f"Baselines drawn (dashed, hollow): {models} — the paper's Table {src[1:]} values"
+                f"{at}, as printed (not rerun here).{BASELINES_ASSUMED.get(figure_id, '')}")
+    return BASELINES_NOT_DRAWN.get(figure_id, "")
 
 
 def _step_ticks(df: pd.DataFrame, reference: pd.DataFrame | None) -> list[int]:

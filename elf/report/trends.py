@@ -3,8 +3,10 @@
 Each check compares one metric of two evaluated (run, sampler) pairs; the claim is that ``lower`` has
 the lower value. With Δ = metric(lower) − metric(higher):
 
-- the evaluation-seed SE of Δ is sqrt(se_lower² + se_higher²), each the SE over evaluation seeds of
-  the pair's aggregate on the checked runs (their mean over training seeds: SE / sqrt(K));
+- each side's evaluation SE on one training seed is the conservative SE of the review
+  (``elf.report.results.verdict_se``: the larger of the SE over evaluation seeds and the SE from the
+  samples' own spread, so it exists from one seed); the evaluation SE of Δ is
+  sqrt(se_lower² + se_higher²) over the checked runs (their mean over training seeds: SE / sqrt(K));
 - the training seeds are a run and its replicates (``replicate_of``). When both pairs are on the same
   run, Δ is taken per training seed (paired) and its training-seed SE is SD(Δ_k) / sqrt(K); across two
   runs, each side's SD over its own training seeds / sqrt(K) adds in quadrature (a side trained once
@@ -12,12 +14,22 @@ the lower value. With Δ = metric(lower) − metric(higher):
 - margin = 2 × max(evaluation SE, training SE); Δ̄ is the mean over training seeds.
   **holds**: Δ̄ < −margin, and (paired) every training seed has Δ_k < 0;
   **does not hold**: Δ̄ > +margin, and (paired) every Δ_k > 0;
+  **not resolved (spread too wide)**: before any of these, when a side's evaluation SE on some
+  training seed exceeds ``NOISY_FRACTION`` (the review's, elf/report/verdict.py) of its value — e.g.
+  4-step samplers at 88 ± 30 Gen. PPL: a margin that narrow a difference would cross with float noise;
+  a fixed, wide threshold on a ratio gives the same verdict on every machine;
   **not resolved**: otherwise.
+A claim of ``relation: equal`` (shared ≈ separate decoder) holds when |Δ̄| + margin ≤
+``EQUAL_FRACTION`` × the mean of the two sides, does not hold when |Δ̄| − margin exceeds it, and is not
+resolved otherwise.
+A side trained once says "training spread unmeasured" and what ``REPLICATES`` more training seeds of
+its run would cost (``replicate_gpu_hours``).
 No I/O: ``check_trends`` takes the loaded aggregate rows (``elf.report.results.load_rows``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -25,9 +37,33 @@ import pandas as pd
 
 from elf import plan
 from elf.config import Experiment, PairRef
+from elf.report.results import verdict_se
+from elf.report.verdict import NOISY_FRACTION
 
 HOLDS, FAILS, UNRESOLVED = "holds", "does not hold", "not resolved"
+TOO_WIDE = "spread too wide"
 MARGIN_SES = 2.0
+EQUAL_FRACTION = 0.10   # relation "equal": the two sides within a tenth of their mean
+REPLICATES = 2          # the training seeds a claim's spread needs beyond the first
+# Throughput assumed for the cost of replicates: the authors' README, "~4 h per OpenWebText epoch for
+# ELF-B on 8x H200, global batch 512" = 19,000 steps x 512 rows x 1,024 slots in 32 GPU-hours; other
+# sizes in proportion to their parameters.
+SLOTS_PER_GPU_HOUR_B = 19_000 * 512 * 1024 / 32.0
+
+TREND_RULE = (
+    f"Trend rule. Each claim compares one metric of two (run, sampler) pairs, Δ = lower − higher, with "
+    f"the conservative SEs of the verdict rule above. A claim is **not resolved (spread too wide)** when "
+    f"a side's evaluation SE on some training seed exceeds {NOISY_FRACTION:g} × its value (the same "
+    f"noise limit as the comparisons). Otherwise it **holds** when Δ (the mean over training seeds) is "
+    f"below −{MARGIN_SES:g} × the larger of its evaluation-seed SE and its training-seed SE (the run "
+    f"and its `replicate_of` replicates) and every training seed agrees in sign; it **does not hold** "
+    f"when the same is true with the signs reversed; otherwise it is **not resolved** at this scale. "
+    f"An 'equal' claim holds when |Δ| + margin ≤ {EQUAL_FRACTION:g} × the two sides' mean and does not "
+    f"hold when |Δ| − margin exceeds it. "
+    f"A side trained once: 'training spread unmeasured', with the GPU-hours {REPLICATES} more "
+    f"training seeds would cost (steps × batch × length at the authors' ELF-B throughput, ≈ "
+    f"{SLOTS_PER_GPU_HOUR_B / 1e9:.2f}B token slots per H200-hour, scaled by parameters) "
+    f"(elf/report/trends.py).")
 
 
 @dataclass(frozen=True)
@@ -57,9 +93,35 @@ def _values(frame: pd.DataFrame, exp: Experiment, ref: PairRef, metric: str):
         if row.empty or metric not in row.columns:
             return None
         means.append(float(row[metric].iloc[0]))
-        se = row.get(f"{metric}_se")
-        ses.append(float(se.iloc[0]) if se is not None and pd.notna(se.iloc[0]) else 0.0)
+        se = verdict_se(row.iloc[0], metric)
+        ses.append(se if math.isfinite(se) else 0.0)
     return means, ses
+
+
+def too_wide(means: list[float], ses: list[float]) -> bool:
+    """A side's evaluation SE on some training seed above ``NOISY_FRACTION`` of its value."""
+    return any(se > NOISY_FRACTION * abs(m) for m, se in zip(means, ses))
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(size: str) -> float:
+    """Parameters of a named size at the paper's dims (counted on the meta device, once)."""
+    from elf.model import preset_num_parameters
+
+    try:
+        return float(preset_num_parameters(size))
+    except (KeyError, ValueError):
+        return float(preset_num_parameters("ELF-B"))
+
+
+def replicate_gpu_hours(exp: Experiment, run: str, replicates: int = REPLICATES) -> float:
+    """GPU-hours of ``replicates`` more trainings of ``run`` (steps × batch × length token slots at
+    ``SLOTS_PER_GPU_HOUR_B``, scaled by the model's parameters relative to ELF-B)."""
+    settings = exp.run(run)
+    length = exp.datasets[settings.dataset].max_length
+    slots = settings.budget.steps * settings.budget.batch_size * length
+    scale = _parameters(settings.model.size) / _parameters("ELF-B")
+    return replicates * slots * scale / SLOTS_PER_GPU_HOUR_B
 
 
 def _sd(values: list[float]) -> float:
@@ -91,20 +153,32 @@ def check_trend(name: str, trend, frame: pd.DataFrame, exp: Experiment) -> Trend
     known = [se for se in (eval_se, train_se) if math.isfinite(se)]
     margin = MARGIN_SES * max(known) if known else 0.0
     verdict = UNRESOLVED
-    if delta < -margin and all(d < 0 for d in per_seed):
+    wide = too_wide(l_means, l_ses) or too_wide(h_means, h_ses)
+    if trend.relation == "equal":
+        tolerance = EQUAL_FRACTION * abs(sum(l_means) / len(l_means) + sum(h_means) / len(h_means)) / 2
+        if not wide and abs(delta) + margin <= tolerance:
+            verdict = HOLDS
+        elif not wide and abs(delta) - margin > tolerance:
+            verdict = FAILS
+    elif not wide and delta < -margin and all(d < 0 for d in per_seed):
         verdict = HOLDS
-    elif delta > margin and all(d > 0 for d in per_seed):
+    elif not wide and delta > margin and all(d > 0 for d in per_seed):
         verdict = FAILS
-    note = _note(paired, l_means, h_means, trend)
+    note = "; ".join(n for n in ((TOO_WIDE if wide else ""),
+                                 _note(paired, l_means, h_means, trend, exp)) if n)
     return TrendResult(name, trend.claim, trend.metric, label(trend.lower), label(trend.higher),
                        delta, per_seed, eval_se, train_se, k, verdict, note)
 
 
-def _note(paired: bool, l_means, h_means, trend) -> str:
-    if paired:
-        return "" if len(l_means) > 1 else "one training seed: training spread not measured"
+def _note(paired: bool, l_means, h_means, trend, exp: Experiment) -> str:
     once = [ref.run for ref, m in ((trend.lower, l_means), (trend.higher, h_means)) if len(m) == 1]
-    return f"{', '.join(once)} trained once: its training spread not measured" if once else ""
+    once = list(dict.fromkeys(once))
+    if not once:
+        return ""
+    cost = sum(replicate_gpu_hours(exp, run) for run in once)
+    hours = "< 0.01" if cost < 0.01 else f"≈ {cost:,.{0 if cost >= 10 else 2}f}"
+    return (f"training spread unmeasured: {' and '.join(once)} trained once; {REPLICATES} more "
+            f"training seeds {hours} GPU-hours")
 
 
 def check_trends(frame: pd.DataFrame, exp: Experiment) -> list[TrendResult]:
@@ -117,7 +191,8 @@ def trends_markdown(results: list[TrendResult]) -> str:
         return "No trend checks configured (`trends`).\n"
     resolved = sum(r.verdict != UNRESOLVED for r in results)
     lines = [f"{resolved} of {len(results)} checks resolve (margin: {MARGIN_SES:g} × the larger of the "
-             "evaluation-seed and training-seed SEs of Δ = lower − higher).", "",
+             "evaluation-seed and training-seed SEs of Δ = lower − higher; not resolved (spread too "
+             f"wide) when a side's SE exceeds {NOISY_FRACTION:g} × its value).", "",
              "| Claim | Metric | Lower | Higher | Δ (mean over training seeds) | per training seed "
              "| eval SE | training SE | Verdict |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -4,9 +4,11 @@ Reads the score files of ``elf score`` (one per seed; the seed is taken from eac
 else the file name); writes ``--out`` (atomically):
 ``{"provenance": {..., "scores": [{"path", "sha256"}, ...]}, "run", "sampler",
 "metrics": {name: {"mean", "se", "n", "per_seed": {"<seed>": value}}}}``; SE = sample std (ddof = 1) /
-sqrt(n) across seeds; with one seed SE is 0.0 and ``se_note`` says so. ROUGE metrics also carry the
-per-example SE (``se_examples``, and ``rouge1_se`` ... as metrics of their own); BLEU's sacreBLEU
-signature is kept as ``bleu_signature``.
+sqrt(n) across seeds; with one seed SE is 0.0 and ``se_note`` says so. A metric whose score files
+carry its SE over samples (``gen_ppl_se``, ``entropy_se``, ``bleu_se``, ``rouge1_se`` ...) also gets
+``se_samples``: the SE of the seed mean those imply, sqrt(Σ se_k²) / n (elf/evaluate/aggregate.py).
+ROUGE metrics also carry the per-example SE (``se_examples``); BLEU's sacreBLEU signature is kept as
+``bleu_signature``.
 
     elf aggregate --scores results/scores/owt-b/ode64/seed*.json --run owt-b --sampler ode64 \
         --out results/scores/owt-b/ode64/aggregate.json

@@ -116,7 +116,8 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
     from elf.artifacts.names import (RUN_DATASET, RUN_PARAMETERS, RUN_PRECISION, RUN_STATS, RUN_STORE,
-                                     RUN_STORE_IDENTITY, RUN_TOKENIZER, STORE_TOKENIZER, TOKENIZER_SHA256)
+                                     RUN_STORE_IDENTITY, RUN_TOKENIZER, RUN_TRAIN_ROWS, STORE_TOKENIZER,
+                                     TOKENIZER_SHA256)
     from elf.config import to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
@@ -155,6 +156,7 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
         RUN_STORE: str(store_path), RUN_TOKENIZER: str(tokenizer_ref),
         TOKENIZER_SHA256: tokenizer_sha256(tokenizer_ref), RUN_STORE_IDENTITY: store.identity_sha256,
         RUN_STATS: store.stats, RUN_PRECISION: precision, RUN_PARAMETERS: student.num_parameters(),
+        RUN_TRAIN_ROWS: store.layout.num_sequences,
         "teacher": str(teacher), "teacher_sha256": checkpoint_sha256(teacher),
         "init": str(init), "init_sha256": checkpoint_sha256(init)})
     objective, rounds = run_s.objective, run_s.distill

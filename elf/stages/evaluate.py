@@ -126,7 +126,7 @@ def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, sta
     from elf.stages.aggregate import aggregate_scores
     from elf.stages.args import settings_of
     from elf.stages.sample import check_sampling, load_job, sample_seeds
-    from elf.stages.score import GPT2_CONTEXT, score_samples
+    from elf.stages.score import MAX_LENGTH, score_samples
 
     final = staging.with_name(staging.name.removesuffix(STAGING))
     seeds = [int(s) for s in entry["seeds"]]
@@ -146,7 +146,7 @@ def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, sta
                for s in seeds]
     records = score_samples(samples, task=plan["task"], run=plan["run"], sampler=name,
                             scorer_ref=inputs.scorer, device=inputs.device, precision=plan["precision"],
-                            batch_size=plan["score_batch_size"], max_length=GPT2_CONTEXT, staged=staged)
+                            batch_size=plan["score_batch_size"], max_length=MAX_LENGTH, staged=staged)
     with atomic_dir(layout.scores_dir(staging, name)) as tmp:  # whole or not at all, as `elf score`
         for stem, record in records.items():
             write_json(tmp / f"{stem}{layout.SCORES_SUFFIX}", record)

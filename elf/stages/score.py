@@ -7,10 +7,16 @@ hub name (``elf scorer`` output, or ``gpt2-large``). Writes ``--out`` (atomicall
 that the qualitative figure F8 shows beside an example), with
 - unconditional: gen_ppl, entropy, n_samples, n_empty, n_scored_tokens (Gen. PPL under the scorer as
   the released scorer computes it, elf/evaluate/genppl.py: samples empty after strip() dropped, the
-  rest padded together, scored 64 a batch; entropy of the scorer's token ids, both truncated at
-  ``--max-length`` or the scorer's context; ``--precision bf16``: the scorer's weights in bf16);
+  rest padded together, scored 64 a batch; entropy of the scorer's token ids; both over whole
+  samples by default, a sample longer than the scorer's context scored in context-sized chunks as the
+  authors' ``Metrics`` does (``--max-length N`` truncates at N tokens instead: N = the context is the
+  released scorer's truncation); ``--precision bf16``: the scorer's weights in bf16);
 - translation: bleu, bleu_signature (sacreBLEU, lowercase, effective order);
 - summarization: rouge1/2/L, their per-example SEs rouge1_se/..., n_examples.
+Each metric's standard error over this file's own samples comes with it (elf/evaluate/uncertainty.py):
+gen_ppl_se (delta method on the per-sample NLL, through exp), entropy_se (SD / sqrt(N)), bleu_se
+(bootstrap over sentences, seed and resamples recorded in ``metrics_settings``), rouge*_se; so a
+single evaluation seed carries an uncertainty that the replication review judges with.
 Non-finite values (nothing scored) are written as null. Every samples file is checked before any is
 scored (``elf.artifacts.check_samples_header``): the seed its name ``seed<k>`` says, ``--task``, and
 ``--run`` / ``--sampler`` when given, its row count, and the checkpoint digest its header records
@@ -49,6 +55,7 @@ from elf.io import atomic_dir, provenance, recorded_path, sha256_file, write_jso
 # `elf --help` imports every stage module.
 TASKS = ("unconditional", "translation", "summarization")
 GPT2_CONTEXT = 1024  # = elf.evaluate.genppl.GPT2_CONTEXT, the released scorer's truncation
+MAX_LENGTH = None    # the default: whole samples, long ones in context-sized chunks (authors' Metrics)
 
 
 def register(subparsers) -> None:
@@ -65,8 +72,10 @@ def register(subparsers) -> None:
     out.add_argument("--out", help="score JSON to write (one samples file, or --reference-texts)")
     out.add_argument("--out-dir", help="folder of <samples stem>.json, one per --samples file")
     parser.add_argument("--batch-size", type=int, default=64, help="scorer batch (released: 64)")
-    parser.add_argument("--max-length", type=int, default=GPT2_CONTEXT,
-                        help="truncation of retokenised samples (released: 1024)")
+    parser.add_argument("--max-length", type=int, default=0,
+                        help="truncation of retokenised samples; 0 (default): none, a sample longer "
+                        "than the scorer's context is scored in context-sized chunks (the authors' "
+                        "Metrics); 1024: the released scorer's truncation")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="precision policy (elf/precision.py): bf16 loads the scorer's weights in "
@@ -87,10 +96,10 @@ def register(subparsers) -> None:
 # --------------------------------------------------------------------------------------------------
 
 def run(args) -> None:
-    if args.batch_size < 1 or args.max_length < 2 or args.n < 1:
-        raise ElfError("--batch-size and --n must be >= 1, --max-length >= 2")
+    if args.batch_size < 1 or args.max_length == 1 or args.max_length < 0 or args.n < 1:
+        raise ElfError("--batch-size and --n must be >= 1, --max-length 0 (none) or >= 2")
     options = dict(scorer_ref=args.scorer, device=args.device, precision=args.precision,
-                   batch_size=args.batch_size, max_length=args.max_length)
+                   batch_size=args.batch_size, max_length=args.max_length or MAX_LENGTH)
     if args.reference_texts:
         if not args.out:
             raise ElfError("--reference-texts writes one score: pass --out")
@@ -118,7 +127,7 @@ _SCORERS: dict[tuple, tuple] = {}  # one load per process: `elf evaluate` scores
 
 
 def load_unconditional_scorer(scorer_ref: str | None, device: str, precision: str, batch_size: int,
-                              max_length: int):
+                              max_length: int | None):
     """The ``Scorer`` of ``--scorer``, its weights loaded once for every file scored."""
     from elf.evaluate.metrics import Scorer
     from elf.evaluate.scorer import load_scorer

@@ -66,7 +66,7 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
     from elf.artifacts import check_tokenizer, tokenizer_sha256
     from elf.artifacts.names import (RUN_DATASET, RUN_EMBEDDING, RUN_PARAMETERS, RUN_PRECISION,
                                      RUN_SETTINGS, RUN_STATS, RUN_STORE, RUN_STORE_IDENTITY, RUN_TOKENIZER,
-                                     RUN_TOKENS, RUN_TOKENS_FINGERPRINT, TOKENIZER_SHA256)
+                                     RUN_TOKENS, RUN_TOKENS_FINGERPRINT, RUN_TRAIN_ROWS, TOKENIZER_SHA256)
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
     from elf.io import output_lock
@@ -105,6 +105,7 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
         TOKENIZER_SHA256: tokenizer_sha256(tokenizer_ref), RUN_STORE_IDENTITY: source.store_identity,
         RUN_TOKENS_FINGERPRINT: source.tokens_fingerprint, RUN_STATS: source.stats,
         RUN_PRECISION: settings.precision, RUN_PARAMETERS: model.num_parameters(),
+        RUN_TRAIN_ROWS: len(source),
         **({"learned_table": table_meta} if table_meta else {})})
     with output_lock(out, enabled=rank == 0):
         train(model, run_s, batches, out, meta, loss_covers_padding=covers_padding,
