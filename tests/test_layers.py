@@ -29,7 +29,8 @@ from elf import deps
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = [
     ("base", ("elf", "elf.config", "elf.typed", "elf.schema", "elf.validate", "elf.io", "elf.errors",
-              "elf.hub", "elf.precision", "elf.runtime", "elf.device", "elf.artifacts", "elf.plan")),
+              "elf.hub", "elf.precision", "elf.runtime", "elf.device", "elf.artifacts", "elf.plan",
+              "elf.methods", "elf.deps")),
     ("data", ("elf.data",)),
     ("embed", ("elf.embed",)),
     ("train", ("elf.model", "elf.flow", "elf.decoder", "elf.train")),

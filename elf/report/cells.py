@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from elf import methods
 from elf.config import Experiment
 from elf.io import atomic_path
 from elf.report.paper import match_paper
@@ -150,8 +151,8 @@ def _degenerate(entropy: Any) -> bool:
 
 def sampler_text(row: pd.Series | dict) -> str:
     steps = int(row["steps"])
-    parts = [f"{row['sampler']}: {str(row['method']).upper()} {steps} step{'s' * (steps != 1)}"]
-    if row["method"] == "sde":
+    parts = [f"{row['sampler']}: {methods.label(row['method'])} {steps} step{'s' * (steps != 1)}"]
+    if methods.uses_gamma(row["method"]):
         parts.append(f"γ={row['gamma']:g}")
     parts.append(f"SC-CFG {row['sc_cfg']:g}")
     if row.get("task") in ("translation", "summarization"):

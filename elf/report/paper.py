@@ -20,6 +20,7 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
+from elf import methods
 from elf.report.results import MissingInputError, _number
 
 
@@ -186,7 +187,7 @@ def point_matches_row(point: pd.Series | dict, row: pd.Series | dict) -> bool:
         return False
     if not _same(row.get("sc_cfg"), point["sc_cfg"]):
         return False
-    if point["method"] == "sde" and not _missing(point["gamma"]) \
+    if methods.uses_gamma(point["method"]) and not _missing(point["gamma"]) \
             and not _same(row.get("gamma"), point["gamma"]):
         return False
     if not _missing(point["input_cfg"]) and not _same(row.get("input_cfg"), point["input_cfg"]):

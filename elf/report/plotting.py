@@ -18,6 +18,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from elf import methods
 from elf.artifacts.layout import rendered_names  # noqa: E402
 from elf.io import atomic_path  # noqa: E402
 from elf.report.paper import match_paper  # noqa: E402
@@ -114,7 +115,7 @@ def describe(row: pd.Series, by: str, figure_id: str = "") -> str:
 def setting_text(column: str, value) -> str:
     """Short text of one sampler setting (series suffixes, point labels)."""
     if column == "method":
-        return str(value).upper()
+        return methods.label(value)
     if column == "steps":
         return f"{int(value)} step{'s' * (int(value) != 1)}"
     if column == "gamma":
@@ -147,7 +148,7 @@ def split_series(df: pd.DataFrame, label_by: str, sweep: str, figure_id: str,
         first = group.iloc[0]
         base = f"{describe(first, label_by, figure_id)} [{first['run']}]"
         suffix = [setting_text(c, first[c]) for c in varying
-                  if not (c == "gamma" and first["method"] == "ode")]
+                  if not (c == "gamma" and not methods.uses_gamma(first["method"]))]
         name = ", ".join([base, *suffix])
         out.append(Series(name, base, first["method"], group.sort_values(sweep)))
     return out

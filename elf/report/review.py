@@ -24,6 +24,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from elf import methods
 from elf.artifacts.layout import review_paths
 from elf.io import atomic_path
 from elf.report import cells, config_tables, verdict
@@ -71,8 +72,8 @@ def _steps_text(steps: Any) -> str:
 
 
 def setting_text(row: pd.Series | dict) -> str:
-    parts = [str(row["method"]).upper(), _steps_text(row["steps"])]
-    if row["method"] == "sde":
+    parts = [methods.label(row["method"]), _steps_text(row["steps"])]
+    if methods.uses_gamma(row["method"]):
         parts.append(f"γ={float(row['gamma']):g}")
     parts.append(f"SC-CFG {float(row['sc_cfg']):g}")
     if row.get("task") in ("translation", "summarization"):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from elf import methods
 from elf.report.cells import (DASH, Table, TableInputs, _finite, layout_notes, matched_values, ours,
                               paper_pm, paper_ppl_entropy, ppl_entropy, provenance_note, sampler_text)
 from elf.report.paper import pair_metrics
@@ -248,17 +249,17 @@ def table_T10(inputs: TableInputs) -> Table:
     header = ["Sampler", "SC-CFG"] + [f"{labels[r]} {m}" for r in runs
                                       for m in ("Gen. PPL", "Entropy")]
     keys = list(dict.fromkeys((r["method"], int(r["steps"]), float(r["gamma"]) if
-                               r["method"] == "sde" else 0.0, float(r["sc_cfg"]))
+                               methods.uses_gamma(r["method"]) else 0.0, float(r["sc_cfg"]))
                               for _, r in frame.iterrows())) if not frame.empty else []
-    keys.sort(key=lambda k: (k[0] != "sde", k[1], k[2], k[3]))  # the paper lists SDE first
+    keys.sort(key=lambda k: (methods.method(k[0]).paper_order, k[1], k[2], k[3]))
     rows = []
     for method, steps, gamma, sc_cfg in keys:
-        name = f"{method.upper()} {steps}" + (f" γ={gamma:g}" if method == "sde" else "")
+        name = f"{methods.label(method)} {steps}" + (f" γ={gamma:g}" if methods.uses_gamma(method) else "")
         cells = [name, f"{sc_cfg:g}"]
         for run in runs:
             hit = frame[(frame["run"] == run) & (frame["method"] == method) &
                         (frame["steps"] == steps) & (frame["sc_cfg"] == sc_cfg) &
-                        ((frame["gamma"] == gamma) | (method != "sde"))]
+                        ((frame["gamma"] == gamma) | (not methods.uses_gamma(method)))]
             for metric in ("gen_ppl", "entropy"):
                 if hit.empty:
                     cells.append(DASH)
@@ -288,7 +289,7 @@ def generic_table(inputs: TableInputs) -> Table:
         paper = matched.get(index, {})
         paper_text = ", ".join(f"{m}={paper[m]:g}" for m in metrics if _finite(paper.get(m)))
         rows.append([row["run"], row.get("paper_run") or DASH, row["sampler"],
-                     str(row["method"]).upper(), str(int(row["steps"])), f"{row['gamma']:g}",
+                     methods.label(row["method"]), str(int(row["steps"])), f"{row['gamma']:g}",
                      f"{row['sc_cfg']:g}", f"{row['input_cfg']:g}",
                      *[ours(row, m) for m in metrics], paper_text or DASH])
     return Table(inputs.figure_id, inputs.title, header, rows, provenance_note(frame))
