@@ -362,11 +362,16 @@ class Experiment:
                                    "here (listed in the replication review)")
 
     def run(self, name: str) -> RunSettings:
-        """The resolved settings of run ``name``: ``run_defaults`` merged with its overrides."""
-        if name not in self.runs:
-            raise ConfigError(f"unknown run '{name}'; defined runs: {', '.join(self.runs)}")
-        return from_dict(RunSettings, deep_merge(self.run_defaults, self.runs[name]),
-                         f"runs.{name}")
+        """The resolved settings of run ``name``: ``run_defaults`` merged with its overrides.
+        Resolved once per name (the plan asks for every run many times: issue 26, linear planning);
+        the cache lives outside the fields, so equality and ``to_dict`` ignore it."""
+        resolved = self.__dict__.setdefault("_resolved_runs", {})
+        if name not in resolved:
+            if name not in self.runs:
+                raise ConfigError(f"unknown run '{name}'; defined runs: {', '.join(self.runs)}")
+            resolved[name] = from_dict(RunSettings, deep_merge(self.run_defaults, self.runs[name]),
+                                       f"runs.{name}")
+        return resolved[name]
 
 
 def parse_experiment(data: dict) -> Experiment:

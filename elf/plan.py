@@ -43,16 +43,52 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
 
 
+@dataclass(frozen=True)
+class _Index:
+    """What the plan functions look up, built once per ``Experiment`` in one pass over its runs,
+    figures and trends, so that planning stays linear in their number (issue 26)."""
+    replicates: dict[str, list[str]]            # run -> its replicates, in config order
+    trend_pairs: list[tuple[str, str]]          # each compared (run, sampler) once, in order
+    own_samplers: dict[str, dict[str, None]]    # run -> samplers its figures and trends need
+    all_seeds: frozenset[tuple[str, str]]       # pairs a figure asks all seeds of, or a trend compares
+    run_samplers: dict[str, list[str]]          # filled as asked
+    run_order: dict[str, int]                   # run -> its position in the config
+
+
+def _index(exp: Experiment) -> _Index:
+    found = exp.__dict__.get("_plan_index")  # kept outside the fields: equality ignores it
+    if found is not None:
+        return found
+    replicates: dict[str, list[str]] = {}
+    for name in exp.runs:
+        parent = exp.run(name).replicate_of
+        if parent is not None:
+            replicates.setdefault(parent, []).append(name)
+    trends = list({(getattr(t, side).run, getattr(t, side).sampler): None
+                   for t in exp.trends.values() for side in ("lower", "higher")})
+    own: dict[str, dict[str, None]] = {}
+    all_seeds = set(trends)
+    for fid, fig in exp.figures.items():
+        for run, sampler in figure_pairs(exp, fid):
+            own.setdefault(run, {}).setdefault(sampler)
+            if fig.seeds == "all":
+                all_seeds.add((run, sampler))
+    for run, sampler in trends:
+        own.setdefault(run, {}).setdefault(sampler)
+    index = _Index(replicates, trends, own, frozenset(all_seeds), {},
+                   {name: i for i, name in enumerate(exp.runs)})
+    exp.__dict__["_plan_index"] = index
+    return index
+
+
 def trend_pairs(exp: Experiment) -> list[tuple[str, str]]:
     """(run, sampler) pairs the trend checks compare (``trends``), each once."""
-    pairs = {(getattr(t, side).run, getattr(t, side).sampler): None
-             for t in exp.trends.values() for side in ("lower", "higher")}
-    return list(pairs)
+    return list(_index(exp).trend_pairs)
 
 
 def replicates_of(exp: Experiment, run: str) -> list[str]:
     """The training-seed replicates of ``run`` (runs with ``replicate_of: run``), in config order."""
-    return [name for name in exp.runs if exp.run(name).replicate_of == run]
+    return list(_index(exp).replicates.get(run, ()))
 
 
 def training_seed_runs(exp: Experiment, run: str) -> list[str]:
@@ -70,8 +106,9 @@ def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
     for run, sampler in trend_pairs(exp):
         for name in training_seed_runs(exp, run):
             pairs.setdefault((name, sampler))
+    replicates = _index(exp).replicates
     for run in exp.runs:
-        for replicate in replicates_of(exp, run):
+        for replicate in replicates.get(run, ()):
             for sampler in run_samplers(exp, replicate):
                 pairs.setdefault((run, sampler))
                 pairs.setdefault((replicate, sampler))
@@ -87,27 +124,20 @@ def upstream_runs(exp: Experiment) -> list[str]:
             if name in needed or exp.run(name).replicate_of in needed]
 
 
-def _own_samplers(exp: Experiment, run: str) -> dict[str, None]:
-    seen: dict[str, None] = {}
-    for figure_id in exp.figures:
-        for pair_run, sampler in figure_pairs(exp, figure_id):
-            if pair_run == run:
-                seen.setdefault(sampler)
-    for pair_run, sampler in trend_pairs(exp):
-        if pair_run == run:
-            seen.setdefault(sampler)
-    return seen
-
-
 def run_samplers(exp: Experiment, run: str) -> list[str]:
     """Samplers evaluated for ``run``: those its figures and trend checks need, in first-use order. A
     replicate (``replicate_of``) is evaluated on those of its run that the run's trend checks compare
     or ``evaluation.replicate_samplers`` names: where a training-seed spread is read."""
-    parent = exp.run(run).replicate_of
-    if parent is None:
-        return list(_own_samplers(exp, run))
-    wanted = {s for r, s in trend_pairs(exp) if r == parent} | set(exp.evaluation.replicate_samplers)
-    return [s for s in _own_samplers(exp, parent) if s in wanted]
+    index = _index(exp)
+    if run not in index.run_samplers:
+        parent = exp.run(run).replicate_of
+        if parent is None:
+            index.run_samplers[run] = list(index.own_samplers.get(run, ()))
+        else:
+            wanted = {s for r, s in index.trend_pairs if r == parent} | \
+                set(exp.evaluation.replicate_samplers)
+            index.run_samplers[run] = [s for s in index.own_samplers.get(parent, ()) if s in wanted]
+    return list(index.run_samplers[run])
 
 
 def evaluated_runs(exp: Experiment) -> list[str]:
@@ -120,10 +150,7 @@ def seeds_of(exp: Experiment, run: str, sampler: str) -> tuple[int, ...]:
     (its evaluation-seed spread is part of the check), else the first. A replicate uses its run's."""
     run = exp.run(run).replicate_of or run
     seeds = exp.evaluation.seeds
-    wants_all = (run, sampler) in trend_pairs(exp) or any(
-        fig.seeds == "all" and run in fig.runs and sampler in fig.samplers
-        for fig in exp.figures.values())
-    return tuple(seeds) if wants_all else tuple(seeds[:1])
+    return tuple(seeds) if (run, sampler) in _index(exp).all_seeds else tuple(seeds[:1])
 
 
 def eval_group(exp: Experiment, run: str, sampler: str) -> str:
@@ -184,7 +211,8 @@ def referenced_runs(exp: Experiment, runs) -> list[str]:
         seen.add(name)
         run = exp.run(name)
         todo += [ref for ref in (run.teacher, run.init_from, run.replicate_of) if ref]
-    return [name for name in exp.runs if name in seen]
+    order = _index(exp).run_order
+    return sorted(seen, key=order.__getitem__)
 
 
 def figure_config(config: dict, exp: Experiment, figure_id: str) -> dict:
@@ -233,6 +261,9 @@ class Dag:
         self.experiment_file = f"{self.R}/experiment.json"
         self.upstream = set(upstream_runs(exp))
         self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
+        self._costs: dict[str, float] | None = None
+        self._max_cost = 1.0
+        self._dicts: dict[tuple[str, str], dict] = {}
 
     as_json = staticmethod(_as_json)
 
@@ -260,7 +291,16 @@ class Dag:
     def dataset_settings(self, name: str) -> dict:
         """A dataset's settings as the stages get them (without scheduling-only fields such as
         ``embed_shards``: changing one reruns nothing)."""
-        return content_settings(self.exp.datasets[name])
+        if ("datasets", name) not in self._dicts:
+            self._dicts["datasets", name] = content_settings(self.exp.datasets[name])
+        return self._dicts["datasets", name]
+
+    def section_dict(self, section: str, name: str) -> dict:
+        """``to_dict`` of one named entry of a config table (``embeddings``, ``samplers``), made
+        once: every run's job settings repeat them."""
+        if (section, name) not in self._dicts:
+            self._dicts[section, name] = to_dict(getattr(self.exp, section)[name])
+        return self._dicts[section, name]
 
     def sharded_datasets(self) -> str:
         """A wildcard regex matching the datasets whose train split is embedded by several jobs."""
@@ -291,9 +331,11 @@ class Dag:
         others longest first (1-40 by ``train_cost``), so no long run is left to finish alone."""
         if wildcards.run in self.upstream:
             return 50
-        costs = {n: self.train_cost(n) for n in self.exp.runs
-                 if self.exp.run(n).kind == "train" and n not in self.upstream}
-        return 1 + round(39 * costs.get(wildcards.run, 0) / max(costs.values(), default=1))
+        if self._costs is None:  # once: every training job asks
+            self._costs = {n: self.train_cost(n) for n in self.exp.runs
+                           if self.exp.run(n).kind == "train" and n not in self.upstream}
+            self._max_cost = max(self._costs.values(), default=1)
+        return 1 + round(39 * self._costs.get(wildcards.run, 0) / self._max_cost)
 
     def train_cost(self, name: str) -> float:
         """A run's training work, up to a constant: steps × tokens per batch × depth × width² (the
@@ -307,8 +349,8 @@ class Dag:
     def train_settings_json(self, name: str) -> str:
         run = self.exp.run(name)
         return _as_json(dict(run=to_dict(run), dataset=self.dataset_settings(run.dataset),
-                             embedding=to_dict(self.exp.embeddings[run.embedding]), sizes=self.exp.sizes,
-                             precision=self.exp.precision))
+                             embedding=self.section_dict("embeddings", run.embedding),
+                             sizes=self.exp.sizes, precision=self.exp.precision))
 
     def train_data(self, w) -> dict[str, str]:
         """The cached train store, or (embedding cache: false) the packed tokens and the encoder."""
@@ -395,7 +437,7 @@ class Dag:
         """What one `elf evaluate` job does (its --plan): every sampler of the group with its
         settings, seeds and split."""
         ev, task = self.exp.evaluation, self.task_of(run)
-        samplers = {name: dict(settings=to_dict(self.exp.samplers[name]),
+        samplers = {name: dict(settings=self.section_dict("samplers", name),
                                seeds=list(seeds_of(self.exp, run, name)),
                                split=self.eval_split(name) if task != "unconditional" else None)
                     for name in group_samplers(self.exp, run, group)}
