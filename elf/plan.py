@@ -197,6 +197,12 @@ def eval_dirs_of(evals_root, exp: Experiment, pairs) -> list[str]:
     return list({str(pair_dir(evals_root, exp, run, sampler)): None for run, sampler in pairs})
 
 
+def effective_sampler(settings: dict, task: str) -> dict:
+    """A sampler's settings as they take effect on a run of ``task``: an unconditional run has no
+    source, so input CFG is 1 there (``elf sample`` refuses another value on such a run)."""
+    return {**settings, "input_cfg": 1.0} if task == "unconditional" else settings
+
+
 # ---- the config slice of one figure or table ----
 
 def referenced_runs(exp: Experiment, runs) -> list[str]:
@@ -277,6 +283,10 @@ class Dag:
 
     def encoder_path(self, name: str) -> str:
         return f"{self.R}/models/encoder-{name}"
+
+    def encoder_tokens(self, w) -> str:
+        """The packed tokens a built encoder learns from (its `dataset`)."""
+        return f"{self.R}/data/{self.exp.encoders[w.encoder].dataset}/tokens"
 
     def embedding_encoder(self, embedding: str) -> str:
         settings = self.exp.embeddings[embedding]
@@ -437,7 +447,7 @@ class Dag:
         """What one `elf evaluate` job does (its --plan): every sampler of the group with its
         settings, seeds and split."""
         ev, task = self.exp.evaluation, self.task_of(run)
-        samplers = {name: dict(settings=self.section_dict("samplers", name),
+        samplers = {name: dict(settings=effective_sampler(self.section_dict("samplers", name), task),
                                seeds=list(seeds_of(self.exp, run, name)),
                                split=self.eval_split(name) if task != "unconditional" else None)
                     for name in group_samplers(self.exp, run, group)}

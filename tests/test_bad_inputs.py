@@ -184,6 +184,29 @@ CONFIG_ROWS = [
     ("duplicate-nested-key", DUPLICATE_NESTED, ["duplicate key 'paper_run'", ".yaml:4", "line 3"], None),
     ("yaml-syntax", SYNTAX, ["bad.yaml:3", "invalid YAML"], None),
     ("yaml-not-a-mapping", NOT_A_MAPPING, ["bad.yaml", "expected a mapping"], None),
+    # issue 26: accepted silently or a traceback before
+    ("batch-over-capped-split", lambda cfg, tmp: cfg["datasets"]["owt"].update(max_train_sequences=4),
+     ["runs.base.budget.batch_size", "got 8", "4 training sequences", "at most 4"], SNAKEMAKE),
+    ("gamma-on-ode", put("samplers", "ode16_w1", "gamma", value=1.5),
+     ["samplers.ode16_w1.gamma", "1.5", "ODE sampler", "method: sde"], SNAKEMAKE),
+    ("distill-settings-on-train-run", put("runs", "wmt", "distill", value={"student_steps": 4}),
+     ["runs.wmt.distill", "kind 'train'", "only on kind 'distill'"], SNAKEMAKE),
+    ("teacher-on-train-run", put("runs", "xsum", "teacher", value="wmt"),
+     ["runs.xsum.teacher", "kind 'train'"], None),
+    ("init-chain-out-of-order", put("runs", "pd_r2", "distill", "student_steps", value=32),
+     ["runs.pd_r2.init_from", "'pd_r1'", "16 student steps", "32", "more student steps"], SNAKEMAKE),
+    ("run-name-too-long", rename("runs", "wmt", "w" * 300), ["'" + "w" * 20, "runs", "300 characters",
+                                                            "at most 100"], SNAKEMAKE),
+    ("sampler-name-too-long", rename("samplers", "sde8", "s" * 101), ["samplers", "101 characters"], None),
+    ("embedding-unknown-encoder", put("embeddings", "encoder", "encoder", value="nope"),
+     ["embeddings.encoder.encoder", "'nope'", "encoders", "main"], SNAKEMAKE),
+    ("no-owt-dataset", lambda cfg, tmp: (
+        cfg["datasets"].update(web=cfg["datasets"].pop("owt")), cfg["run_defaults"].update(dataset="web")),
+     ["encoders.main.dataset", "'owt'", "wmt, xsum, web"], SNAKEMAKE),
+    ("trend-sampler-outside-trained-range", lambda cfg, tmp: (
+        cfg["samplers"].update(far={"method": "ode", "steps": 4, "sc_cfg": 7.0}),
+        cfg["trends"]["more_steps"]["lower"].update(sampler="far")),
+     ["samplers.far.sc_cfg", "7.0", "trend more_steps", "[0.5, 5.0]"], None),
 ]
 
 

@@ -74,9 +74,42 @@ def parse_plan(text: str) -> dict:
             plan[key]
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise ElfError(f"--plan: not an evaluation plan ({err})") from err
-    if not plan["samplers"]:
+    if not isinstance(plan["samplers"], dict) or not plan["samplers"]:
         raise ElfError("--plan: no samplers to evaluate")
+    check_plan(plan)
     return plan
+
+
+def check_plan(plan: dict) -> None:
+    """The plan's settings by the rules plan time applies (``elf.settings_checks``), each refused in
+    one line naming its key under --plan: the task, n, batch sizes, every sampler's settings and
+    seeds (a sampler against the run's trained ranges: ``elf.stages.sample.load_job``)."""
+    from typing import get_args, get_type_hints
+
+    from elf.config import DatasetSettings, SamplerSettings
+    from elf.settings_checks import check_sampler, check_seeds
+    from elf.stages.args import refused_as, settings_of
+
+    tasks = get_args(get_type_hints(DatasetSettings)["task"])
+    if plan["task"] not in tasks:
+        raise ElfError(f"--plan: config key 'task': got {plan['task']!r}; allowed: "
+                       f"{', '.join(tasks)}")
+    for key in ("n", "batch_size", "score_batch_size"):
+        value, low = plan[key], 0 if key == "n" and plan["task"] != "unconditional" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ElfError(f"--plan: config key '{key}': got {value!r}; allowed: an integer >= {low}"
+                           + (" (0: every conditional example)" if key == "n" else ""))
+    for name, entry in plan["samplers"].items():
+        key = f"samplers.{name}"
+        if not isinstance(entry, dict) or "settings" not in entry or "seeds" not in entry:
+            raise ElfError(f"--plan: config key '{key}': expected a mapping with settings and seeds")
+        settings = settings_of(entry["settings"], SamplerSettings, f"{key}.settings", "--plan")
+        seeds = entry["seeds"]
+        if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+            raise ElfError(f"--plan: config key '{key}.seeds': got {seeds!r}; expected a list of integers")
+        with refused_as("--plan"):
+            check_sampler(f"{key}.settings", settings)
+            check_seeds(seeds, f"{key}.seeds")
 
 
 def run(args) -> None:
