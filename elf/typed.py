@@ -45,9 +45,20 @@ def _type_name(tp: Any) -> str:
             type(None): "null"}.get(tp, str(tp))
 
 
+class _Refusal(ConfigError):
+    """A mistyped value; its message names the expected type, formatted when shown."""
+
+    def __init__(self, key: str, value: Any, tp: Any):
+        super().__init__(key, value, tp)
+
+    def __str__(self) -> str:
+        key, value, tp = self.args
+        return f"config key '{key}': got {value!r}; expected {_type_name(tp)}"
+
+
 def _convert(value: Any, tp: Any, key: str) -> Any:
     origin = get_origin(tp)
-    bad = ConfigError(f"config key '{key}': got {value!r}; expected {_type_name(tp)}")
+    bad = _Refusal(key, value, tp)  # the message is formatted only when raised
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
         if value is None and type(None) in args:
