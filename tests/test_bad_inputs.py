@@ -394,6 +394,15 @@ def row_config_other_network(w):
     return aw.sample_args(w, w / "o.jsonl")
 
 
+def row_config_other_network_rehashed(w):
+    """As if the writer had recorded the edited config.json: the weights do not fit it."""
+    from elf.artifacts import write_checksums
+
+    edit_json(w / "run" / "config.json", model__depth=3)
+    write_checksums(w / "run", ["ema.safetensors", "model.safetensors", "config.json"])
+    return aw.sample_args(w, w / "o.jsonl")
+
+
 def row_config_not_utf8(w):
     (w / "run" / "config.json").write_bytes(b"\xff\xfe{}")
     return aw.sample_args(w, w / "o.jsonl")
@@ -434,7 +443,10 @@ def row_tokens_of_another_dataset(w):
 
 
 def row_store_other_tokenizer(w):
+    from elf.artifacts import write_checksums
+
     edit_json(w / "cond" / "config.json", tokenizer_sha256=None, tokenizer=None)
+    write_checksums(w / "cond", ["ema.safetensors", "model.safetensors", "config.json"])  # as written
     return aw.sample_args(w, w / "o.jsonl", conditional=True, tokenizer="tok2")
 
 
@@ -562,6 +574,136 @@ def row_release_missing_path(w):
             "--tokenizer", str(w / "tok"), "--out", str(w / "runs" / "rel")]
 
 
+# ---- issue 26: a stage run by hand refuses what the DAG refuses (elf/settings_checks.py) ----
+
+def train_with(w, **changes):
+    """``elf train`` on the world with its --settings edited (``run__budget__grad_accum=3``, ...)."""
+    args = aw.train_args(w)
+    settings = json.loads(args[args.index("--settings") + 1])
+    for key, value in changes.items():
+        node, *keys = key.split("__")
+        target = settings
+        for part in [node, *keys][:-1]:
+            target = target.setdefault(part, {})
+        target[[node, *keys][-1]] = value
+    args[args.index("--settings") + 1] = json.dumps(settings)
+    return args
+
+
+def sample_with(w, conditional=False, extra=(), **sampler):
+    args = aw.sample_args(w, w / "o.jsonl", conditional=conditional, extra=extra)
+    args[args.index("--sampler") + 1] = json.dumps({**aw.SAMPLER, **sampler})
+    return args
+
+
+def row_train_unknown_size_key(w):
+    return train_with(w, sizes__t__layers=2)
+
+
+def row_train_heads_not_dividing(w):
+    return train_with(w, sizes__t__heads=3)
+
+
+def row_train_depth_zero(w):
+    return train_with(w, sizes__t__depth=0)
+
+
+def row_train_grad_accum_not_dividing(w):
+    return train_with(w, run__budget__grad_accum=3)
+
+
+def row_train_batch_larger_than_data(w):
+    return train_with(w, run__budget__batch_size=64)
+
+
+def row_train_sc_cfg_min_above_max(w):
+    return train_with(w, run__objective__sc_cfg_min=4.0, run__objective__sc_cfg_max=2.0)
+
+
+def row_train_distill_settings(w):
+    return train_with(w, run__distill={"student_steps": 2, "teacher_substeps": 2})
+
+
+def row_train_unconditional_run_on_conditional_store(w):
+    return train_with(w, dataset__task="unconditional", dataset__name="owt",
+                      dataset__max_input_length=None)
+
+
+def row_sample_sc_cfg_outside_trained(w):
+    return sample_with(w, sc_cfg=50.0)
+
+
+def row_sample_input_cfg_unconditional(w):
+    return sample_with(w, input_cfg=2.0)
+
+
+def row_sample_gamma_on_ode(w):
+    return sample_with(w, method="ode", gamma=1.0)
+
+
+def row_sample_n_zero_unconditional(w):
+    args = aw.sample_args(w, w / "o.jsonl")
+    args[args.index("--n") + 1] = "0"
+    return args
+
+
+def row_distill_teacher_of_another_task(w):
+    args = aw.distill_args(w)
+    args[args.index("--teacher") + 1] = str(w / "run")
+    return args
+
+
+def evaluate_args(w, **plan_changes):
+    plan = {"run": "cond", "task": "translation", "n": 6, "batch_size": 3, "score_batch_size": 3,
+            "precision": "fp32", "samplers": {"sde2": {"settings": aw.SAMPLER, "seeds": [0], "split": "test"}}}
+    for key, value in plan_changes.items():
+        if key == "seeds":
+            plan["samplers"]["sde2"]["seeds"] = value
+        else:
+            plan[key] = value
+    return ["evaluate", "--plan", json.dumps(plan), "--checkpoint", str(w / "cond"), "--tokenizer",
+            str(w / "tok"), "--eval-data", str(w), "--tokens", str(w / "tokens"), "--out-dir",
+            str(w / "o.jsonl"), "--no-progress"]
+
+
+def row_evaluate_no_seeds(w):
+    return evaluate_args(w, seeds=[])
+
+
+def row_evaluate_repeated_seeds(w):
+    return evaluate_args(w, seeds=[0, 0])
+
+
+def row_evaluate_unconditional_n_zero(w):
+    return evaluate_args(w, task="unconditional", n=0) + ["--scorer", str(w / "tok")]
+
+
+def row_samples_row_too_long(w):
+    path = w / "cond_samples" / "seed0.jsonl"
+    lines = path.read_text().splitlines()
+    row = json.loads(lines[2])
+    row["token_ids"] = row["token_ids"] + [5] * 40
+    path.write_text("\n".join([*lines[:2], json.dumps(row), *lines[3:]]) + "\n")
+    return aw.score_args(w)
+
+
+def row_score_negative_gen_ppl(w):
+    edit_json(w / "scores" / "seed0.json", metrics__gen_ppl=-209.0)
+    return aw.aggregate_args(w)
+
+
+def row_score_bleu_above_100(w):
+    edit_json(w / "scores" / "seed0.json", metrics__bleu=250.0)
+    return aw.aggregate_args(w)
+
+
+def row_config_of_another_run(w):
+    import shutil
+
+    shutil.copyfile(w / "cond" / "config.json", w / "run" / "config.json")
+    return aw.sample_args(w, w / "o.jsonl")
+
+
 ARTIFACT_ROWS = [
     (row_flipped_ema, ["run/ema.safetensors", "sha256", "checksums.json", "damaged"]),
     (row_truncated_ema, ["run/ema.safetensors", "bytes", "checksums.json"]),
@@ -570,7 +712,8 @@ ARTIFACT_ROWS = [
     (row_no_checksums, ["ema.safetensors", "no checksums.json"]),
     (row_config_not_json, ["run/config.json", "not valid JSON"]),
     (row_config_missing, ["run/config.json", "not a finished ELF checkpoint"]),
-    (row_config_other_network, ["ema.safetensors", "does not fit the network"]),
+    (row_config_other_network, ["run/config.json", "not this checkpoint's"]),
+    (row_config_other_network_rehashed, ["ema.safetensors", "does not fit the network"]),
     (row_config_not_utf8, ["run/config.json", "not UTF-8"]),
     (row_tokenizer_missing, ["no_such_tokenizer", "no such local file or folder"]),
     (row_other_tokenizer, ["--tokenizer", "tok2", "checkpoint", "sha256"]),
@@ -604,6 +747,28 @@ ARTIFACT_ROWS = [
     (row_score_of_another_run, ["seed0.json", "run 'cond', not 'other'"]),
     (row_score_not_json, ["seed0.json", "not valid JSON"]),
     (row_release_missing_path, ["./no/such/checkpoint_5", "no such file or folder"]),
+    # issue 26
+    (row_train_unknown_size_key, ["--settings", "config key 'sizes.t'", "layers", "depth, width, heads"]),
+    (row_train_heads_not_dividing, ["--settings", "sizes.t.heads", "3", "width 32", "divisor"]),
+    (row_train_depth_zero, ["--settings", "sizes.t.depth", "0", ">= 1"]),
+    (row_train_grad_accum_not_dividing, ["--settings", "run.budget.grad_accum", "3", "batch_size 4"]),
+    (row_train_batch_larger_than_data, ["run.budget.batch_size", "64", "8 training sequences", "train.zarr"]),
+    (row_train_sc_cfg_min_above_max, ["run.objective.sc_cfg_min", "4.0", "sc_cfg_max 2.0"]),
+    (row_train_distill_settings, ["run.distill", "kind 'train'"]),
+    (row_train_unconditional_run_on_conditional_store, ["--store", "train.zarr", "conditional rows",
+                                                        "'unconditional'"]),
+    (row_sample_sc_cfg_outside_trained, ["--sampler", "sampler.sc_cfg", "50.0", "[0.5, 5.0]"]),
+    (row_sample_input_cfg_unconditional, ["--sampler", "sampler.input_cfg", "2.0", "unconditional"]),
+    (row_sample_gamma_on_ode, ["--sampler", "sampler.gamma", "ODE sampler"]),
+    (row_sample_n_zero_unconditional, ["--n 0", "unconditional", ">= 1"]),
+    (row_distill_teacher_of_another_task, ["--teacher", "dataset", "'owt'", "'wmt'", "unconditional"]),
+    (row_evaluate_no_seeds, ["--plan", "samplers.sde2.seeds", "[]"]),
+    (row_evaluate_repeated_seeds, ["--plan", "samplers.sde2.seeds", "repeated"]),
+    (row_evaluate_unconditional_n_zero, ["--plan", "'n'", "0", ">= 1"]),
+    (row_samples_row_too_long, ["seed0.jsonl:3", "token ids", "max_tokens"]),
+    (row_score_negative_gen_ppl, ["seed0.json", "gen_ppl", "-209.0", ">= 1.0"]),
+    (row_score_bleu_above_100, ["seed0.json", "bleu", "250.0", "[0.0, 100.0]"]),
+    (row_config_of_another_run, ["run/config.json", "not this checkpoint's", "checksums.json"]),
 ]
 
 

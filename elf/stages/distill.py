@@ -142,9 +142,9 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
     student, init_meta = _load(init, "init")
     shape = dict(d=store.dim, seq_len=store.seq_len, vocab=vocab, embedding=to_dict(emb_s))
     check_compatible("teacher", teacher_meta, **shape)
+    check_same_dataset("--teacher", teacher_meta, to_dict(data_s), ignore=SCHEDULING_FIELDS)
     check_compatible("init", init_meta, **shape, model_settings=to_dict(run_s.model))
-    for option, meta_of in (("--teacher", teacher_meta), ("--init", init_meta)):
-        check_same_dataset(option, meta_of, to_dict(data_s), ignore=SCHEDULING_FIELDS)
+    check_same_dataset("--init", init_meta, to_dict(data_s), ignore=SCHEDULING_FIELDS)
     check_store_for_run(store_path, conditional=store.conditional, seq_len=store.seq_len,
                         identity=store.identity, dataset=to_dict(data_s), embedding=to_dict(emb_s))
     check_batch_fits(run_s, len(store), f"--store {store_path}")
