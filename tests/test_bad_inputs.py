@@ -816,3 +816,63 @@ def test_damaged_artifact_is_refused_in_one_line(damage, words, world, tmp_path,
 def test_the_table_holds_sixty_bad_inputs_none_accepted():
     assert len(CONFIG_ROWS) + len(ARTIFACT_ROWS) >= 60
     assert len(REAL) >= 10
+
+
+# --------------------------------------------------------------------------------------------------
+# A failed write (issue 26): one clear line, the previous state kept
+# --------------------------------------------------------------------------------------------------
+
+def test_a_full_disk_at_a_resume_checkpoint_keeps_the_previous_one(world, tmp_path, capsys, monkeypatch):
+    """torch.save failing as a full disk makes it fail (a RuntimeError of its zip writer) on the
+    second resume checkpoint: one line naming the file and the cause, exit 2, and the first resume
+    state still loads (a rerun continues from it)."""
+    import torch
+
+    import elf.train.checkpoint as checkpoint
+
+    w = aw.copy_world(world, tmp_path / "w")
+    real, calls = torch.save, []
+
+    def full_disk(obj, f, *args, **kwargs):
+        calls.append(f)
+        if len(calls) == 2:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "save", full_disk)
+    status, err = run_elf(train_with(w, run__budget__steps=3, run__budget__checkpoint_every=1), capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == ARTIFACT_REFUSED and len(lines) == 1, err
+    assert "cannot write" in lines[0] and "state.pt" in lines[0] and "previous state.pt" in lines[0]
+    run_dir = w / "runs" / "new"
+    state = checkpoint.load_resume(run_dir)
+    assert state is not None and state["step"] == 1  # the last good state
+    assert not (run_dir / "ema.safetensors").exists()
+
+
+def test_a_full_disk_at_the_final_checkpoint_replaces_nothing(world, tmp_path, capsys, monkeypatch):
+    """ENOSPC while writing the final weights: one line (ENOSPC named), no final weight file, the
+    resume state kept and loadable; a previous final checkpoint would stay whole (none is renamed
+    before all three files are written)."""
+    import errno
+
+    import elf.train.checkpoint as checkpoint
+
+    w = aw.copy_world(world, tmp_path / "w")
+    real, calls = checkpoint.save_file, []
+
+    def full_disk(state, filename, *args, **kwargs):
+        calls.append(filename)
+        if len(calls) == 2:  # the EMA weights, after the raw ones were written to their temp file
+            raise OSError(errno.ENOSPC, "No space left on device", filename)
+        return real(state, filename, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save_file", full_disk)
+    status, err = run_elf(train_with(w, run__budget__steps=3, run__budget__checkpoint_every=1), capsys)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == ARTIFACT_REFUSED and len(lines) == 1, err
+    assert "ema.safetensors" in lines[0] and "ENOSPC" in lines[0] and "nothing was replaced" in lines[0]
+    run_dir = w / "runs" / "new"
+    assert sorted(p.name for p in run_dir.iterdir() if p.suffix == ".safetensors") == []
+    assert not list(run_dir.glob(".*.tmp"))  # no temporary file left behind
+    assert checkpoint.load_resume(run_dir)["step"] == 2

@@ -275,8 +275,8 @@ def check_same_dataset(option: str, meta: dict, dataset: dict, ignore: Iterable[
     theirs = meta.get("dataset")
     if not isinstance(theirs, dict):
         return
-    differ = sorted(k for k in set(theirs) | set(dataset)
-                    if k not in ignore and theirs.get(k) != dataset.get(k))
+    differ = sorted(k for k in set(theirs) & set(dataset)  # the fields both record
+                    if k not in ignore and theirs[k] != dataset[k])
     if differ:
         raise mismatch(f"{option}: its dataset", f"{theirs.get('name')!r} (task {theirs.get('task')!r}, "
                        f"{differ[0]} {theirs.get(differ[0])!r})",

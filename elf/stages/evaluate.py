@@ -9,8 +9,9 @@ those stages' (``elf/plan.py`` gives the layout)::
     <out-dir>/aggregates/<sampler>.json
 
 The folder is built in ``<out-dir>.partial/`` and moved into place at the end; after a kill a rerun
-keeps every sampler already finished (a marker records its settings, seeds and checkpoint hash) and
-the finished seeds of the interrupted one (``elf sample``'s own resume).
+keeps every sampler already finished (a marker records its settings, seeds and checkpoint hash and the
+sha256 of each file it wrote: a file damaged since is redone, never published) and the finished
+seeds of the interrupted one (``elf sample``'s own resume).
 
 ``--plan`` is JSON: ``{"run": name, "task": ..., "n": samples or examples per seed, "batch_size",
 "score_batch_size", "precision", "samplers": {name: {"settings": SamplerSettings, "seeds": [...],
@@ -33,7 +34,8 @@ from elf.artifacts import layout
 from elf.cli import ElfError, resolve_device
 from elf.io import atomic_dir, output_lock, write_json
 
-DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs
+DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs and its files' sha256
+MARKED = "files_sha256"  # the marker's record of the files it vouches for
 STAGING = ".partial"  # <out-dir>.partial: the folder the job builds, moved onto <out-dir> at the end
 PLAN_KEYS = ("run", "task", "n", "batch_size", "score_batch_size", "precision", "samplers")
 
@@ -138,16 +140,51 @@ def evaluate_all(inputs: EvalInputs, plan: dict, ckpt_sha: str, out: Path) -> No
     for name, entry in plan["samplers"].items():
         marker = staging / DONE / f"{name}.json"
         done = {"checkpoint_sha256": ckpt_sha, **entry, **{k: plan[k] for k in plan if k != "samplers"}}
-        if marker.exists() and json.loads(marker.read_text()) == done:
+        if _still_done(marker, done, staging, name):
             continue
         evaluate_sampler(inputs, plan, name, entry, staging)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(done, sort_keys=True))
+        write_json(marker, {**done, MARKED: outputs_sha256(staging, name)})
     _drop_strays(staging, set(plan["samplers"]))
     if out.exists():
         shutil.rmtree(out)
     shutil.rmtree(staging / DONE)
     os.replace(staging, out)
+
+
+def outputs_sha256(staging: Path, name: str) -> dict[str, str]:
+    """The sha256 of every file one sampler's evaluation wrote (samples, scores, aggregate), by path
+    under the staging folder: what its done marker vouches for."""
+    from elf.io import sha256_file
+
+    files = [p for folder in (layout.samples_dir(staging, name), layout.scores_dir(staging, name))
+             for p in sorted(folder.glob("*")) if p.is_file()]
+    files.append(layout.aggregate_file(staging, name))
+    return {str(p.relative_to(staging)): sha256_file(p) for p in files if p.is_file()}
+
+
+def _still_done(marker: Path, done: dict, staging: Path, name: str) -> bool:
+    """A finished sampler is kept only if its marker records these inputs and its files are still
+    the ones it marked; marked files that changed since (a damaged or cut file) are removed, so the
+    sampler is redone and a damaged file is never published."""
+    import sys
+
+    if not marker.is_file():
+        return False
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    marked = recorded.pop(MARKED, None) if isinstance(recorded, dict) else None
+    if recorded != done:
+        return False  # other inputs: redone (elf sample reuses the seeds that still fit)
+    if marked == outputs_sha256(staging, name):
+        return True
+    print(f"elf evaluate: {marker}: the files it marks changed since they were written (damaged or "
+          f"edited); evaluating sampler {name!r} again", file=sys.stderr)
+    for folder in (layout.samples_dir(staging, name), layout.scores_dir(staging, name)):
+        shutil.rmtree(folder, ignore_errors=True)
+    layout.aggregate_file(staging, name).unlink(missing_ok=True)
+    return False
 
 
 def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, staging: Path) -> None:

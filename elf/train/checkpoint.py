@@ -14,6 +14,7 @@ A run directory (``results/runs/<run>/``) holds
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -37,14 +38,15 @@ RERUN = "rerun its train rule"
 
 
 def save_final(out_dir: Path, model_state: dict, ema_state: dict, meta: dict) -> None:
-    """Write weights + config.json atomically (each file replaced in one rename), then their
-    checksums."""
+    """Write weights + config.json, every file to a temporary sibling first and renamed into place
+    only once all three are written (a full disk replaces none of them), then their checksums."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, state in zip(WEIGHT_FILES, (model_state, ema_state)):
-        with atomic_path(out_dir / name) as tmp:
+    with contextlib.ExitStack() as files:
+        for name, state in zip(WEIGHT_FILES, (model_state, ema_state)):
+            tmp = files.enter_context(atomic_path(out_dir / name))
             save_file({k: v.detach().float().cpu().contiguous() for k, v in state.items()}, str(tmp))
-    with atomic_path(out_dir / RUN_CONFIG) as tmp:
+        tmp = files.enter_context(atomic_path(out_dir / RUN_CONFIG))
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
     write_checksums(out_dir, (*WEIGHT_FILES, RUN_CONFIG))  # config.json too: its fingerprint
 
