@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Callable
 
 from elf.config import Experiment, content_settings, to_dict
 from elf.hub import pretrained_ref
+from elf.plan_index import plan_index as _index
+from elf.wildcards import alternatives as _alternatives
 
 ALL_SAMPLERS = "all"  # the group name of a run's single evaluation job under group_by: run
 
@@ -41,44 +42,6 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     """(run, sampler) pairs a figure or table plots, in its order."""
     fig = exp.figures[figure_id]
     return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
-
-
-@dataclass(frozen=True)
-class _Index:
-    """What the plan functions look up, built once per ``Experiment`` in one pass over its runs,
-    figures and trends, so that planning stays linear in their number (issue 26)."""
-    replicates: dict[str, list[str]]            # run -> its replicates, in config order
-    trend_pairs: list[tuple[str, str]]          # each compared (run, sampler) once, in order
-    own_samplers: dict[str, dict[str, None]]    # run -> samplers its figures and trends need
-    all_seeds: frozenset[tuple[str, str]]       # pairs a figure asks all seeds of, or a trend compares
-    run_samplers: dict[str, list[str]]          # filled as asked
-    run_order: dict[str, int]                   # run -> its position in the config
-
-
-def _index(exp: Experiment) -> _Index:
-    found = exp.__dict__.get("_plan_index")  # kept outside the fields: equality ignores it
-    if found is not None:
-        return found
-    replicates: dict[str, list[str]] = {}
-    for name in exp.runs:
-        parent = exp.run(name).replicate_of
-        if parent is not None:
-            replicates.setdefault(parent, []).append(name)
-    trends = list({(getattr(t, side).run, getattr(t, side).sampler): None
-                   for t in exp.trends.values() for side in ("lower", "higher")})
-    own: dict[str, dict[str, None]] = {}
-    all_seeds = set(trends)
-    for fid, fig in exp.figures.items():
-        for run, sampler in figure_pairs(exp, fid):
-            own.setdefault(run, {}).setdefault(sampler)
-            if fig.seeds == "all":
-                all_seeds.add((run, sampler))
-    for run, sampler in trends:
-        own.setdefault(run, {}).setdefault(sampler)
-    index = _Index(replicates, trends, own, frozenset(all_seeds), {},
-                   {name: i for i, name in enumerate(exp.runs)})
-    exp.__dict__["_plan_index"] = index
-    return index
 
 
 def trend_pairs(exp: Experiment) -> list[tuple[str, str]]:
@@ -242,28 +205,6 @@ def figure_config(config: dict, exp: Experiment, figure_id: str) -> dict:
 def _as_json(obj) -> str:
     return json.dumps(to_dict(obj) if dataclasses.is_dataclass(obj) else obj, sort_keys=True,
                       separators=(",", ":"))
-
-
-def _alternatives(names) -> str:
-    """A wildcard regex matching exactly ``names`` (none: a regex that matches nothing), as a trie:
-    at each character one branch at most can continue, so matching a path costs its length, not the
-    number of names (a flat ``a|b|...`` over 10,000 runs made Snakemake's DAG quadratic: issue 26)."""
-    trie: dict = {}
-    for name in names:
-        node = trie
-        for char in name:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a name ends here
-    return _trie_regex(trie) if trie else "(?!)"
-
-
-def _trie_regex(node: dict) -> str:
-    ends = "" in node
-    branches = [re.escape(char) + _trie_regex(child) for char, child in node.items() if char]
-    if not branches:
-        return ""
-    body = branches[0] if len(branches) == 1 and not ends else f"(?:{'|'.join(branches)})"
-    return f"{body}?" if ends else body
 
 
 class Dag:

@@ -78,9 +78,15 @@ def load_yaml(path: str | os.PathLike) -> dict:
     and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the config file ({err})") from err
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err})") from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                          f"{err.start}); allowed: a UTF-8 encoded config file") from err
     loader = _StrictLoader(text)
     loader.name = str(path)
     try:
@@ -88,7 +94,10 @@ def load_yaml(path: str | os.PathLike) -> dict:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {err.problem or err.context}") from err
+        lines = text.splitlines()
+        tab = mark is not None and mark.line < len(lines) and "\t" in lines[mark.line]
+        hint = " (a tab indents this line: YAML indents with spaces only)" if tab else ""
+        raise ConfigError(f"{where}: invalid YAML: {err.problem or err.context}{hint}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {err}") from err
     finally:

@@ -283,6 +283,30 @@ def test_yaml_syntax_error_through_elf_check_names_file_and_line(tmp_path, capsy
     assert main(["check", "--configfile", str(ROOT / "config" / "ci.yaml")]) == 0
 
 
+@pytest.mark.parametrize("content, words", [
+    (b"results: r\nreports: p\nscale: \xff\xfe\n", ["bad.yaml:3", "not UTF-8", "0xff", "offset"]),
+    (b"results: r\nruns:\n\tbase: {}\n", ["bad.yaml:3:1", "invalid YAML", "tab", "spaces"]),
+], ids=["not-utf8", "tab-indented"])
+def test_encoding_and_tab_errors_name_file_and_line(content, words, tmp_path, capsys):
+    """Issue 26: through ``snakemake --configfile`` Snakemake's own loader reads the file before the
+    workflow runs (a UnicodeDecodeError traceback, or "not valid JSON or YAML" without a line): a
+    limit of Snakemake, documented in the README; it still exits non-zero and writes nothing. ``elf
+    check`` (the same validation as the workflow) names the file and line in one line."""
+    from elf.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    capsys.readouterr()
+    assert main(["check", "--configfile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    for word in words:
+        assert word in err, (word, err)
+    proc = subprocess.run(["snakemake", "-n", "--configfile", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and sorted(tmp_path.iterdir()) == [path]
+
+
 # --------------------------------------------------------------------------------------------------
 # Damaged and mismatched artifacts
 # --------------------------------------------------------------------------------------------------
@@ -463,6 +487,24 @@ def row_store_deleted_input_ids_chunk(w):
 def row_store_truncated_chunk(w):
     truncate(a_chunk(w / "test.zarr", "embeddings_nosource"))
     return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_store_truncated_chunk_records_rewritten(w):
+    """Issue 26: a chunk cut mid-way and the file counts rewritten to match it: zarr's own check
+    (a crc32c or a short buffer) fails, in one line."""
+    from elf.artifacts import store_files
+
+    truncate(a_chunk(w / "test.zarr", "embeddings"), keep=0.6)
+    edit_store_attrs(w / "test.zarr", data_files=store_files(w / "test.zarr"))
+    return aw.sample_args(w, w / "o.jsonl", conditional=True)
+
+
+def row_train_store_truncated_chunk_records_rewritten(w):
+    from elf.artifacts import store_files
+
+    truncate(a_chunk(w / "train.zarr", "embeddings"), keep=0.6)
+    edit_store_attrs(w / "train.zarr", data_files=store_files(w / "train.zarr"))
+    return aw.train_args(w)
 
 
 def row_store_without_statistics(w):
@@ -769,6 +811,8 @@ ARTIFACT_ROWS = [
     (row_score_negative_gen_ppl, ["seed0.json", "gen_ppl", "-209.0", ">= 1.0"]),
     (row_score_bleu_above_100, ["seed0.json", "bleu", "250.0", "[0.0, 100.0]"]),
     (row_config_of_another_run, ["run/config.json", "not this checkpoint's", "checksums.json"]),
+    (row_store_truncated_chunk_records_rewritten, ["test.zarr", "embeddings", "cannot be read", "re-embed"]),
+    (row_train_store_truncated_chunk_records_rewritten, ["train.zarr", "embeddings", "cannot be read"]),
 ]
 
 
