@@ -5,8 +5,11 @@ replicate of the one before), one sampler and one figure per ten runs, writes it
 folder and times, for each N:
 - ``plan``: ``elf.validate.validate_workflow_config`` + ``elf.plan.Dag`` + every input function and
   setting the rules call (what the Snakefile does in Python, without Snakemake);
-- ``snakemake -n``: the real dry run (the Snakefile parsed, the whole DAG built), unless
-  ``--no-snakemake`` or N is above ``--snakemake-max``.
+- ``parse``: ``snakemake --list-rules``: Snakemake reading the Snakefile (the same validation and
+  plan, every rule defined) without building the DAG;
+- ``snakemake -n``: the real dry run (the Snakefile parsed, the whole DAG built: about two jobs a
+  run, where Snakemake's own cost per job dominates), unless ``--no-snakemake`` or N is above
+  ``--snakemake-max``.
 
 Nothing is written outside the temporary folder.
 
@@ -78,10 +81,10 @@ def time_plan(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def time_snakemake(path: Path, timeout: float) -> str:
+def time_snakemake(path: Path, timeout: float, *args: str) -> str:
     start = time.perf_counter()
     try:
-        proc = subprocess.run(["snakemake", "-n", "--quiet", "all", "--configfile", str(path)],
+        proc = subprocess.run(["snakemake", *args, "--configfile", str(path)],
                               cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"> {timeout:.0f} s (timed out)"
@@ -99,17 +102,18 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=600, help="seconds per snakemake -n")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT))
-    print(f"{'runs':>7} {'figures':>8} {'samplers':>9} {'plan':>9}  snakemake -n")
+    print(f"{'runs':>7} {'figures':>8} {'samplers':>9} {'plan':>9} {'parse':>9}  snakemake -n")
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.runs:
             cfg = grown_config(n, Path(tmp) / "results", Path(tmp) / "reports")
             path = Path(tmp) / f"scale{n}.yaml"
             path.write_text(yaml.safe_dump(cfg, sort_keys=False))
             planned = time_plan(path)
-            real = ("-" if args.no_snakemake or n > args.snakemake_max
-                    else time_snakemake(path, args.timeout))
+            skip = args.no_snakemake or n > args.snakemake_max
+            parse = "-" if args.no_snakemake else time_snakemake(path, args.timeout, "--list-rules")
+            real = "-" if skip else time_snakemake(path, args.timeout, "-n", "--quiet", "all")
             print(f"{len(cfg['runs']):>7} {len(cfg['figures']):>8} {len(cfg['samplers']):>9} "
-                  f"{planned:>7.2f} s  {real}", flush=True)
+                  f"{planned:>7.2f} s {parse:>9}  {real}", flush=True)
 
 
 if __name__ == "__main__":
