@@ -189,6 +189,13 @@ def _check_widths(exp: Experiment) -> None:
 def _check_run(exp: Experiment, name: str, run: RunSettings) -> None:
     check_run(f"runs.{name}", run, exp.datasets[run.dataset], exp.embeddings[run.embedding], exp.sizes,
               dataset_name=run.dataset, embedding_name=run.embedding)
+    data = exp.datasets[run.dataset]
+    pairs = exp.corpora.train_docs  # a generated conditional split packs one row per pair at most
+    if data.source == "embedded" and data.task != "unconditional" and run.kind != "released" and \
+            run.budget.batch_size > pairs:
+        raise ConfigError(f"config key 'runs.{name}.budget.batch_size': got {run.budget.batch_size}, more "
+                          f"than the {pairs} training pairs of the generated dataset '{run.dataset}' "
+                          f"(corpora.train_docs); allowed: at most {pairs}")
     if run.kind == "distill":
         _check_distill_inputs(exp, name, run)
 

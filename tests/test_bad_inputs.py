@@ -188,6 +188,8 @@ CONFIG_ROWS = [
     # issue 26: accepted silently or a traceback before
     ("batch-over-capped-split", lambda cfg, tmp: cfg["datasets"]["owt"].update(max_train_sequences=4),
      ["runs.base.budget.batch_size", "got 8", "4 training sequences", "at most 4"], SNAKEMAKE),
+    ("batch-over-generated-pairs", put("runs", "wmt", "budget", value={"batch_size": 400}),
+     ["runs.wmt.budget.batch_size", "400", "300 training pairs", "corpora.train_docs"], None),
     ("gamma-on-ode", put("samplers", "ode16_w1", "gamma", value=1.5),
      ["samplers.ode16_w1.gamma", "1.5", "ODE sampler", "method: sde"], SNAKEMAKE),
     ("distill-settings-on-train-run", put("runs", "wmt", "distill", value={"student_steps": 4}),
@@ -860,7 +862,7 @@ def test_damaged_artifact_is_refused_in_one_line(damage, words, world, tmp_path,
 
 def test_the_table_holds_its_bad_inputs_none_accepted():
     """The counts README.md's "What is checked" states."""
-    assert (len(CONFIG_ROWS), len(ARTIFACT_ROWS)) == (71, 64)
+    assert (len(CONFIG_ROWS), len(ARTIFACT_ROWS)) == (72, 64)
     assert len(REAL) >= 20
 
 
