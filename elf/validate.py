@@ -115,7 +115,6 @@ def load_yaml(path: str | os.PathLike) -> dict:
 def check_rules(exp: Experiment) -> None:
     """Every rule that needs more than one key; see the module docstring."""
     _check_names(exp)
-    _check_encoder_refs(exp)
     check_sizes(exp.sizes)
     _check_widths(exp)
     for name, ds in exp.datasets.items():
@@ -163,8 +162,10 @@ def _check_names(exp: Experiment) -> None:
                                   f"suffixes such as .jsonl.partial); allowed: at most {NAME_MAX}")
 
 
-def _check_encoder_refs(exp: Experiment) -> None:
-    """An embedding names a defined encoder; a built encoder learns from a defined dataset."""
+def check_models(exp: Experiment) -> None:
+    """What the workflow needs to build or load the models: an embedding names a defined encoder, a
+    built encoder learns from a defined dataset (``validate_workflow_config``; a config read only to
+    report on finished runs need not define them)."""
     for name, emb in exp.embeddings.items():
         if emb.encoder not in exp.encoders:
             raise ConfigError(f"config key 'embeddings.{name}.encoder': '{emb.encoder}' is not defined "
@@ -241,16 +242,16 @@ def _check_chains(runs: dict[str, RunSettings]) -> None:
 
 def _check_round_order(runs: dict[str, RunSettings]) -> None:
     """Progressive distillation halves the student's steps each round (spec §7): a round starts from
-    a round of more steps, never from a later one."""
+    a round of at least as many steps, never from a later one."""
     for name, run in runs.items():
         init = runs.get(run.init_from) if run.init_from else None
         if run.kind == "distill" and init is not None and init.kind == "distill" and run.distill \
-                and init.distill and init.distill.student_steps <= run.distill.student_steps:
+                and init.distill and init.distill.student_steps < run.distill.student_steps:
             raise ConfigError(
                 f"config key 'runs.{name}.init_from': got '{run.init_from}', a round of "
                 f"{init.distill.student_steps} student steps, but '{name}' distills to "
-                f"{run.distill.student_steps}; allowed: an init round of more student steps (each "
-                "round halves them: the chain runs in order)")
+                f"{run.distill.student_steps}; allowed: an init round of at least as many student "
+                "steps (rounds reduce them: the chain runs in order)")
 
 
 def _check_replicates(exp: Experiment, runs: dict[str, RunSettings]) -> None:
@@ -386,5 +387,6 @@ def validate_workflow_config(config: dict, configfiles: Iterable[str | os.PathLi
     for path in configfiles:
         load_yaml(path)
     exp = parse_experiment(config)
+    check_models(exp)
     check_filesystem(exp)
     return exp
