@@ -36,17 +36,53 @@ def make_parent(path: Path) -> None:
                        f"({err.filename or path.parent})") from err
 
 
+class WriteError(ElfError):
+    """An output that could not be written (a full disk, no permission): nothing was replaced."""
+
+
+# torch.save reports a failed write of its zip writer as a RuntimeError naming its C++ source
+_TORCH_WRITE_FAILED = ("inline_container", "PytorchStreamWriter", "file write failed")
+
+
+def write_failed(path: Path, err: BaseException) -> WriteError | None:
+    """The one-line ``WriteError`` of a failed write of ``path``, or None if ``err`` is no write error."""
+    import errno
+
+    if isinstance(err, OSError):
+        code = errno.errorcode.get(err.errno, "") if err.errno else ""
+        reason = f"{err.strerror or err}" + (f" ({code})" if code else "")
+    elif isinstance(err, RuntimeError) and any(w in str(err) for w in _TORCH_WRITE_FAILED):
+        reason = f"the writer failed ({str(err).splitlines()[0][:120]})"
+    else:
+        return None
+    try:
+        free = f"; {shutil.disk_usage(path.parent).free:,} bytes free there"
+    except OSError:
+        free = ""
+    return WriteError(f"cannot write {path}: {reason}{free}; nothing was replaced: the previous "
+                      f"{path.name} (if any) is kept")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary file path next to ``path``; rename it onto ``path`` on success only."""
+    """Yield a temporary file path next to ``path``; rename it onto ``path`` on success only. A
+    failed write (disk full, permission) is a one-line ``WriteError`` and leaves ``path`` as it was."""
     path = Path(path)
     make_parent(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise write_failed(path, err) from err
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         os.replace(tmp_path, path)
+    except (OSError, RuntimeError) as err:
+        failed = write_failed(path, err)
+        if failed is None or isinstance(err, ElfError):
+            raise
+        raise failed from err
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -71,11 +107,18 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line in a single ``write`` (O_APPEND): a kill leaves whole lines; readers of such
     logs still drop a torn last line, which only a full disk or a crash of the machine can leave."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    _append(path, (line.rstrip("\n") + "\n").encode())
+
+
+def _append(path: str | os.PathLike, data: bytes) -> None:
     try:
-        os.write(fd, (line.rstrip("\n") + "\n").encode())
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise write_failed(Path(path), err) from err
 
 
 def _jsonl(objects) -> str:
@@ -91,11 +134,7 @@ def rewrite_jsonl(path: str | os.PathLike, first: dict, rows: list[dict]) -> Non
 def append_jsonl(path: str | os.PathLike, rows: list[dict]) -> None:
     """Append rows to a resumable JSONL file in one ``write`` (a kill leaves whole batches, or a
     torn last line that ``resume_jsonl`` drops)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, _jsonl(rows).encode("utf-8"))
-    finally:
-        os.close(fd)
+    _append(path, _jsonl(rows).encode("utf-8"))
 
 
 def resume_jsonl(path: str | os.PathLike, accept: Callable[[dict], bool]) -> list[dict]:

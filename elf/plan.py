@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,8 @@ from typing import Callable
 
 from elf.config import Experiment, content_settings, to_dict
 from elf.hub import pretrained_ref
+from elf.plan_index import plan_index as _index
+from elf.wildcards import alternatives as _alternatives
 
 ALL_SAMPLERS = "all"  # the group name of a run's single evaluation job under group_by: run
 
@@ -47,14 +48,12 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
 
 def trend_pairs(exp: Experiment) -> list[tuple[str, str]]:
     """(run, sampler) pairs the trend checks compare (``trends``), each once."""
-    pairs = {(getattr(t, side).run, getattr(t, side).sampler): None
-             for t in exp.trends.values() for side in ("lower", "higher")}
-    return list(pairs)
+    return list(_index(exp).trend_pairs)
 
 
 def replicates_of(exp: Experiment, run: str) -> list[str]:
     """The training-seed replicates of ``run`` (runs with ``replicate_of: run``), in config order."""
-    return [name for name in exp.runs if exp.run(name).replicate_of == run]
+    return list(_index(exp).replicates.get(run, ()))
 
 
 def training_seed_runs(exp: Experiment, run: str) -> list[str]:
@@ -72,8 +71,9 @@ def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
     for run, sampler in trend_pairs(exp):
         for name in training_seed_runs(exp, run):
             pairs.setdefault((name, sampler))
+    replicates = _index(exp).replicates
     for run in exp.runs:
-        for replicate in replicates_of(exp, run):
+        for replicate in replicates.get(run, ()):
             for sampler in run_samplers(exp, replicate):
                 pairs.setdefault((run, sampler))
                 pairs.setdefault((replicate, sampler))
@@ -89,27 +89,20 @@ def upstream_runs(exp: Experiment) -> list[str]:
             if name in needed or exp.run(name).replicate_of in needed]
 
 
-def _own_samplers(exp: Experiment, run: str) -> dict[str, None]:
-    seen: dict[str, None] = {}
-    for figure_id in exp.figures:
-        for pair_run, sampler in figure_pairs(exp, figure_id):
-            if pair_run == run:
-                seen.setdefault(sampler)
-    for pair_run, sampler in trend_pairs(exp):
-        if pair_run == run:
-            seen.setdefault(sampler)
-    return seen
-
-
 def run_samplers(exp: Experiment, run: str) -> list[str]:
     """Samplers evaluated for ``run``: those its figures and trend checks need, in first-use order. A
     replicate (``replicate_of``) is evaluated on those of its run that the run's trend checks compare
     or ``evaluation.replicate_samplers`` names: where a training-seed spread is read."""
-    parent = exp.run(run).replicate_of
-    if parent is None:
-        return list(_own_samplers(exp, run))
-    wanted = {s for r, s in trend_pairs(exp) if r == parent} | set(exp.evaluation.replicate_samplers)
-    return [s for s in _own_samplers(exp, parent) if s in wanted]
+    index = _index(exp)
+    if run not in index.run_samplers:
+        parent = exp.run(run).replicate_of
+        if parent is None:
+            index.run_samplers[run] = list(index.own_samplers.get(run, ()))
+        else:
+            wanted = {s for r, s in index.trend_pairs if r == parent} | \
+                set(exp.evaluation.replicate_samplers)
+            index.run_samplers[run] = [s for s in index.own_samplers.get(parent, ()) if s in wanted]
+    return list(index.run_samplers[run])
 
 
 def evaluated_runs(exp: Experiment) -> list[str]:
@@ -122,10 +115,7 @@ def seeds_of(exp: Experiment, run: str, sampler: str) -> tuple[int, ...]:
     (its evaluation-seed spread is part of the check), else the first. A replicate uses its run's."""
     run = exp.run(run).replicate_of or run
     seeds = exp.evaluation.seeds
-    wants_all = (run, sampler) in trend_pairs(exp) or any(
-        fig.seeds == "all" and run in fig.runs and sampler in fig.samplers
-        for fig in exp.figures.values())
-    return tuple(seeds) if wants_all else tuple(seeds[:1])
+    return tuple(seeds) if (run, sampler) in _index(exp).all_seeds else tuple(seeds[:1])
 
 
 def eval_group(exp: Experiment, run: str, sampler: str) -> str:
@@ -172,6 +162,12 @@ def eval_dirs_of(evals_root, exp: Experiment, pairs) -> list[str]:
     return list({str(pair_dir(evals_root, exp, run, sampler)): None for run, sampler in pairs})
 
 
+def effective_sampler(settings: dict, task: str) -> dict:
+    """A sampler's settings as they take effect on a run of ``task``: an unconditional run has no
+    source, so input CFG is 1 there (``elf sample`` refuses another value on such a run)."""
+    return {**settings, "input_cfg": 1.0} if task == "unconditional" else settings
+
+
 # ---- the config slice of one figure or table ----
 
 def referenced_runs(exp: Experiment, runs) -> list[str]:
@@ -186,7 +182,8 @@ def referenced_runs(exp: Experiment, runs) -> list[str]:
         seen.add(name)
         run = exp.run(name)
         todo += [ref for ref in (run.teacher, run.init_from, run.replicate_of) if ref]
-    return [name for name in exp.runs if name in seen]
+    order = _index(exp).run_order
+    return sorted(seen, key=order.__getitem__)
 
 
 def figure_config(config: dict, exp: Experiment, figure_id: str) -> dict:
@@ -212,12 +209,6 @@ def _as_json(obj) -> str:
                       separators=(",", ":"))
 
 
-def _alternatives(names) -> str:
-    """A wildcard regex matching exactly ``names`` (none: a regex that matches nothing)."""
-    names = list(names)
-    return "|".join(re.escape(n) for n in names) if names else "(?!)"
-
-
 class Dag:
     """Where every file of one experiment lives under its roots, and what each rule's job reads: the
     input functions, settings and arguments of the rules, derived from the config alone.
@@ -235,6 +226,9 @@ class Dag:
         self.experiment_file = f"{self.R}/experiment.json"
         self.upstream = set(upstream_runs(exp))
         self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
+        self._costs: dict[str, float] | None = None
+        self._max_cost = 1.0
+        self._dicts: dict[tuple[str, str], dict] = {}
 
     as_json = staticmethod(_as_json)
 
@@ -249,6 +243,10 @@ class Dag:
     def encoder_path(self, name: str) -> str:
         return f"{self.R}/models/encoder-{name}"
 
+    def encoder_tokens(self, w) -> str:
+        """The packed tokens a built encoder learns from (its `dataset`)."""
+        return f"{self.R}/data/{self.exp.encoders[w.encoder].dataset}/tokens"
+
     def embedding_encoder(self, embedding: str) -> str:
         settings = self.exp.embeddings[embedding]
         return self.built_or_name(self.exp.encoders[settings.encoder], self.encoder_path(settings.encoder))
@@ -262,7 +260,16 @@ class Dag:
     def dataset_settings(self, name: str) -> dict:
         """A dataset's settings as the stages get them (without scheduling-only fields such as
         ``embed_shards``: changing one reruns nothing)."""
-        return content_settings(self.exp.datasets[name])
+        if ("datasets", name) not in self._dicts:
+            self._dicts["datasets", name] = content_settings(self.exp.datasets[name])
+        return self._dicts["datasets", name]
+
+    def section_dict(self, section: str, name: str) -> dict:
+        """``to_dict`` of one named entry of a config table (``embeddings``, ``samplers``), made
+        once: every run's job settings repeat them."""
+        if (section, name) not in self._dicts:
+            self._dicts[section, name] = to_dict(getattr(self.exp, section)[name])
+        return self._dicts[section, name]
 
     def sharded_datasets(self) -> str:
         """A wildcard regex matching the datasets whose train split is embedded by several jobs."""
@@ -293,9 +300,11 @@ class Dag:
         others longest first (1-40 by ``train_cost``), so no long run is left to finish alone."""
         if wildcards.run in self.upstream:
             return 50
-        costs = {n: self.train_cost(n) for n in self.exp.runs
-                 if self.exp.run(n).kind == "train" and n not in self.upstream}
-        return 1 + round(39 * costs.get(wildcards.run, 0) / max(costs.values(), default=1))
+        if self._costs is None:  # once: every training job asks
+            self._costs = {n: self.train_cost(n) for n in self.exp.runs
+                           if self.exp.run(n).kind == "train" and n not in self.upstream}
+            self._max_cost = max(self._costs.values(), default=1)
+        return 1 + round(39 * self._costs.get(wildcards.run, 0) / self._max_cost)
 
     def train_cost(self, name: str) -> float:
         """A run's training work, up to a constant: steps × tokens per batch × depth × width² (the
@@ -309,8 +318,8 @@ class Dag:
     def train_settings_json(self, name: str) -> str:
         run = self.exp.run(name)
         return _as_json(dict(run=to_dict(run), dataset=self.dataset_settings(run.dataset),
-                             embedding=to_dict(self.exp.embeddings[run.embedding]), sizes=self.exp.sizes,
-                             precision=self.exp.precision))
+                             embedding=self.section_dict("embeddings", run.embedding),
+                             sizes=self.exp.sizes, precision=self.exp.precision))
 
     def train_data(self, w) -> dict[str, str]:
         """The cached train store, or (embedding cache: false) the packed tokens and the encoder."""
@@ -397,7 +406,7 @@ class Dag:
         """What one `elf evaluate` job does (its --plan): every sampler of the group with its
         settings, seeds and split."""
         ev, task = self.exp.evaluation, self.task_of(run)
-        samplers = {name: dict(settings=to_dict(self.exp.samplers[name]),
+        samplers = {name: dict(settings=effective_sampler(self.section_dict("samplers", name), task),
                                seeds=list(seeds_of(self.exp, run, name)),
                                split=self.eval_split(name) if task != "unconditional" else None)
                     for name in group_samplers(self.exp, run, group)}

@@ -9,6 +9,7 @@ the JSON schema generator, ``elf.schema``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -44,9 +45,20 @@ def _type_name(tp: Any) -> str:
             type(None): "null"}.get(tp, str(tp))
 
 
+class _Refusal(ConfigError):
+    """A mistyped value; its message names the expected type, formatted when shown."""
+
+    def __init__(self, key: str, value: Any, tp: Any):
+        super().__init__(key, value, tp)
+
+    def __str__(self) -> str:
+        key, value, tp = self.args
+        return f"config key '{key}': got {value!r}; expected {_type_name(tp)}"
+
+
 def _convert(value: Any, tp: Any, key: str) -> Any:
     origin = get_origin(tp)
-    bad = ConfigError(f"config key '{key}': got {value!r}; expected {_type_name(tp)}")
+    bad = _Refusal(key, value, tp)  # the message is formatted only when raised
     if origin in (typing.Union, types.UnionType):
         args = get_args(tp)
         if value is None and type(None) in args:
@@ -115,8 +127,7 @@ def from_dict(cls, data: Any, prefix: str = ""):
     where = prefix or "<top level>"
     if not isinstance(data, dict):
         raise ConfigError(f"config key '{where}': got {data!r}; expected a mapping")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints, fields = _fields_of(cls)
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"config key '{_join(prefix, unknown[0])}' is unknown; allowed keys "
@@ -132,6 +143,13 @@ def from_dict(cls, data: Any, prefix: str = ""):
         _check_range(value, fld.metadata, key)
         kwargs[name] = value
     return cls(**kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_of(cls) -> tuple[dict, dict]:
+    """The resolved type hints and fields of a settings class (resolving the string annotations
+    costs more than the conversion itself: once per class)."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
 
 
 def _join(prefix: str, name: str) -> str:

@@ -28,11 +28,14 @@ from typing import Iterable
 
 import yaml
 
-from elf.config import BUILTIN_SIZES, ConfigError, Experiment, RunSettings, parse_experiment
+from elf.config import ConfigError, Experiment, RunSettings, parse_experiment
+from elf.settings_checks import (check_heads, check_run, check_sampler, check_sampler_for_run,
+                                 check_seeds, check_sizes)
 
 # Names become path components, wildcard values and unquoted shell words.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 NAME_RULE = "letters, digits and _ . + - (starting with a letter or digit)"
+NAME_MAX = 100  # file systems allow 255 bytes a name; the workflow adds prefixes and suffixes
 # Output roots are pasted unquoted into every rule's shell command.
 PATH = re.compile(r"^[A-Za-z0-9_.+/-]+$")
 PATH_RULE = "a non-empty path of letters, digits and _ . + - / (no spaces, quotes, ~ or $)"
@@ -40,7 +43,6 @@ PATH_RULE = "a non-empty path of letters, digits and _ . + - / (no spaces, quote
 HUB_ID = re.compile(r"^(?!.*(--|\.\.))[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 NAMED_TABLES = ("encoders", "datasets", "embeddings", "decoders", "sizes", "runs", "samplers",
                 "figures")
-SIZE_KEYS = ("depth", "width", "heads")
 # Figures and tables that show BLEU / ROUGE only (elf/report: T1 and F17's two panels).
 CONDITIONAL_METRIC_IDS = ("T1", "F17")
 
@@ -49,7 +51,7 @@ CONDITIONAL_METRIC_IDS = ("T1", "F17")
 # YAML
 # --------------------------------------------------------------------------------------------------
 
-class _StrictLoader(yaml.SafeLoader):
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser: 10x faster
     """SafeLoader that refuses a key given twice in one mapping (merge keys ``<<`` may override)."""
 
 
@@ -61,8 +63,9 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
         key = loader.construct_object(key_node, deep=True)
         line = key_node.start_mark.line + 1
         if key in seen:
-            raise ConfigError(f"{key_node.start_mark.name}:{line}: duplicate key {key!r} (first given "
-                              f"at line {seen[key]}); allowed: each key once per mapping")
+            where = getattr(loader, "name", key_node.start_mark.name)  # libyaml marks name no file
+            raise ConfigError(f"{where}:{line}: duplicate key {key!r} (first given at line "
+                              f"{seen[key]}); allowed: each key once per mapping")
         seen[key] = line
     return loader.construct_mapping(node, deep=deep)
 
@@ -75,9 +78,15 @@ def load_yaml(path: str | os.PathLike) -> dict:
     and line."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the config file ({err})") from err
+        data = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file ({err.strerror or err})") from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+                          f"{err.start}); allowed: a UTF-8 encoded config file") from err
     loader = _StrictLoader(text)
     loader.name = str(path)
     try:
@@ -85,7 +94,10 @@ def load_yaml(path: str | os.PathLike) -> dict:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {err.problem or err.context}") from err
+        lines = text.splitlines()
+        tab = mark is not None and mark.line < len(lines) and "\t" in lines[mark.line]
+        hint = " (a tab indents this line: YAML indents with spaces only)" if tab else ""
+        raise ConfigError(f"{where}: invalid YAML: {err.problem or err.context}{hint}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {err}") from err
     finally:
@@ -103,7 +115,7 @@ def load_yaml(path: str | os.PathLike) -> dict:
 def check_rules(exp: Experiment) -> None:
     """Every rule that needs more than one key; see the module docstring."""
     _check_names(exp)
-    _check_sizes(exp)
+    check_sizes(exp.sizes)
     _check_widths(exp)
     for name, ds in exp.datasets.items():
         if ds.task == "unconditional" and ds.max_input_length is not None:
@@ -114,14 +126,23 @@ def check_rules(exp: Experiment) -> None:
     for name, run in runs.items():
         _check_run(exp, name, run)
     _check_chains(runs)
+    _check_round_order(runs)
     _check_replicates(exp, runs)
-    _check_seeds(exp.evaluation.seeds)
+    check_seeds(exp.evaluation.seeds)
+    for name, sampler in exp.samplers.items():
+        check_sampler(f"samplers.{name}", sampler)
     for sampler in exp.evaluation.replicate_samplers:
         if sampler not in exp.samplers:
             raise ConfigError(f"config key 'evaluation.replicate_samplers': '{sampler}' is not defined "
                               f"under 'samplers'; defined: {', '.join(exp.samplers)}")
     for fid in exp.figures:
         _check_figure(exp, fid, runs)
+    for name, trend in exp.trends.items():
+        for side in ("lower", "higher"):
+            pair = getattr(trend, side)
+            check_sampler_for_run(f"samplers.{pair.sampler}", exp.samplers[pair.sampler],
+                                  runs[pair.run].objective, exp.datasets[runs[pair.run].dataset].task,
+                                  f"trend {name} samples run '{pair.run}'", input_cfg=False)
 
 
 def _check_names(exp: Experiment) -> None:
@@ -135,61 +156,47 @@ def _check_names(exp: Experiment) -> None:
             if not NAME.match(name):
                 raise ConfigError(f"config key '{table}': the name {name!r} cannot be carried by the "
                                   f"rules' paths, wildcards and shell commands; allowed: {NAME_RULE}")
+            if len(name) > NAME_MAX:
+                raise ConfigError(f"config key '{table}': the name {name[:24]!r}… has {len(name)} "
+                                  f"characters, too long for the file names made of it (with "
+                                  f"suffixes such as .jsonl.partial); allowed: at most {NAME_MAX}")
 
 
-def _check_sizes(exp: Experiment) -> None:
-    for name, preset in exp.sizes.items():
-        key = f"sizes.{name}"
-        unknown = sorted(set(preset) - set(SIZE_KEYS))
-        missing = [k for k in SIZE_KEYS if k not in preset]
-        if unknown or missing:
-            raise ConfigError(f"config key '{key}': got keys {sorted(preset)}; allowed: exactly "
-                              f"{', '.join(SIZE_KEYS)}")
-        for field in SIZE_KEYS:
-            if preset[field] < 1:
-                raise ConfigError(f"config key '{key}.{field}': got {preset[field]}; allowed: >= 1")
-        _check_heads(key, preset["width"], preset["heads"], rope=True)
-
-
-def _check_heads(key: str, width: int, heads: int, *, rope: bool, width_key: str = "width") -> None:
-    """Attention splits the width into equal heads; rotary embeddings rotate channel pairs."""
-    if width % heads or (rope and (width // heads) % 2):
-        need = "an even head width" if rope else "equal heads"
-        raise ConfigError(f"config key '{key}.heads': got {heads} for {width_key} {width}; allowed: a "
-                          f"divisor of {width_key} leaving {need}")
+def check_models(exp: Experiment) -> None:
+    """What the workflow needs to build or load the models: an embedding names a defined encoder, a
+    built encoder learns from a defined dataset (``validate_workflow_config``; a config read only to
+    report on finished runs need not define them)."""
+    for name, emb in exp.embeddings.items():
+        if emb.encoder not in exp.encoders:
+            raise ConfigError(f"config key 'embeddings.{name}.encoder': '{emb.encoder}' is not defined "
+                              f"under 'encoders' (defined: {', '.join(exp.encoders) or 'none'})")
+    for name, enc in exp.encoders.items():
+        if enc.source == "build" and enc.dataset not in exp.datasets:
+            raise ConfigError(f"config key 'encoders.{name}.dataset': '{enc.dataset}' is not defined "
+                              f"under 'datasets' (defined: {', '.join(exp.datasets)}); a built encoder "
+                              "learns from that dataset's packed train split: name one")
 
 
 def _check_widths(exp: Experiment) -> None:
     for name, enc in exp.encoders.items():
         if enc.source == "build":
-            _check_heads(f"encoders.{name}", enc.d_model, enc.heads, rope=False, width_key="d_model")
+            check_heads(f"encoders.{name}", enc.d_model, enc.heads, rope=False, width_key="d_model")
     if exp.scorer.source == "build":
-        _check_heads("scorer", exp.scorer.width, exp.scorer.heads, rope=False)
+        check_heads("scorer", exp.scorer.width, exp.scorer.heads, rope=False)
     for name, dec in exp.decoders.items():
-        _check_heads(f"decoders.{name}", dec.width, dec.heads, rope=True)
+        check_heads(f"decoders.{name}", dec.width, dec.heads, rope=True)
 
 
 def _check_run(exp: Experiment, name: str, run: RunSettings) -> None:
-    key = f"runs.{name}"
-    sizes = (*BUILTIN_SIZES, *exp.sizes)
-    if run.model.size not in sizes:
-        raise ConfigError(f"config key '{key}.model.size': got {run.model.size!r}; allowed: "
-                          f"{', '.join(sizes)}")
-    b, o = run.budget, run.objective
-    if b.batch_size % b.grad_accum:
-        raise ConfigError(f"config key '{key}.budget.grad_accum': got {b.grad_accum}; allowed: a "
-                          f"divisor of budget.batch_size {b.batch_size}")
-    if o.sc_cfg_min > o.sc_cfg_max:
-        raise ConfigError(f"config key '{key}.objective.sc_cfg_min': got {o.sc_cfg_min} above "
-                          f"sc_cfg_max {o.sc_cfg_max}; allowed: sc_cfg_min <= sc_cfg_max")
-    if not all(0 <= beta < 1 for beta in run.optim.betas):
-        raise ConfigError(f"config key '{key}.optim.betas': got {list(run.optim.betas)}; allowed: "
-                          "two numbers in [0, 1)")
-    dataset = exp.datasets[run.dataset]
-    if dataset.task == "unconditional" and o.label_drop_prob > 0:
-        raise ConfigError(f"config key '{key}.objective.label_drop_prob': got {o.label_drop_prob} on "
-                          f"the unconditional dataset '{run.dataset}'; allowed: 0 (there is no "
-                          "source to drop)")
+    check_run(f"runs.{name}", run, exp.datasets[run.dataset], exp.embeddings[run.embedding], exp.sizes,
+              dataset_name=run.dataset, embedding_name=run.embedding)
+    data = exp.datasets[run.dataset]
+    pairs = exp.corpora.train_docs  # a generated conditional split packs one row per pair at most
+    if data.source == "embedded" and data.task != "unconditional" and run.kind != "released" and \
+            run.budget.batch_size > pairs:
+        raise ConfigError(f"config key 'runs.{name}.budget.batch_size': got {run.budget.batch_size}, more "
+                          f"than the {pairs} training pairs of the generated dataset '{run.dataset}' "
+                          f"(corpora.train_docs); allowed: at most {pairs}")
     if run.kind == "distill":
         _check_distill_inputs(exp, name, run)
 
@@ -233,6 +240,20 @@ def _check_chains(runs: dict[str, RunSettings]) -> None:
         visit(name, [])
 
 
+def _check_round_order(runs: dict[str, RunSettings]) -> None:
+    """Progressive distillation halves the student's steps each round (spec §7): a round starts from
+    a round of at least as many steps, never from a later one."""
+    for name, run in runs.items():
+        init = runs.get(run.init_from) if run.init_from else None
+        if run.kind == "distill" and init is not None and init.kind == "distill" and run.distill \
+                and init.distill and init.distill.student_steps < run.distill.student_steps:
+            raise ConfigError(
+                f"config key 'runs.{name}.init_from': got '{run.init_from}', a round of "
+                f"{init.distill.student_steps} student steps, but '{name}' distills to "
+                f"{run.distill.student_steps}; allowed: an init round of at least as many student "
+                "steps (rounds reduce them: the chain runs in order)")
+
+
 def _check_replicates(exp: Experiment, runs: dict[str, RunSettings]) -> None:
     """A replicate differs from its run in the training seed only, so their spread is the seed's."""
     for name, run in runs.items():
@@ -261,18 +282,6 @@ def _check_replicates(exp: Experiment, runs: dict[str, RunSettings]) -> None:
                               f"{', '.join(diff)}; allowed: budget.seed (and paper_run) only")
 
 
-def _check_seeds(seeds: Iterable[int]) -> None:
-    seeds = list(seeds)
-    if not seeds:
-        raise ConfigError("config key 'evaluation.seeds': got []; allowed: one or more seeds")
-    bad = [s for s in seeds if s < 0]
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if bad or repeated:
-        what = f"negative {bad}" if bad else f"repeated {repeated}"
-        raise ConfigError(f"config key 'evaluation.seeds': got {seeds} ({what}); allowed: distinct "
-                          "seeds >= 0")
-
-
 def _check_figure(exp: Experiment, fid: str, runs: dict[str, RunSettings]) -> None:
     fig = exp.figures[fid]
     tasks = {run: exp.datasets[runs[run].dataset].task for run in fig.runs}
@@ -289,12 +298,8 @@ def _check_figure(exp: Experiment, fid: str, runs: dict[str, RunSettings]) -> No
                               f"figure {fid} samples only unconditional runs ({', '.join(fig.runs)}), "
                               "which have no source to guide; allowed: 1.0 there")
         for run in fig.runs:
-            o = runs[run].objective
-            if not o.sc_cfg_min <= s.sc_cfg <= o.sc_cfg_max:
-                raise ConfigError(
-                    f"config key 'samplers.{sampler}.sc_cfg': got {s.sc_cfg}, but figure {fid} samples "
-                    f"run '{run}', trained with SC-CFG in [{o.sc_cfg_min}, {o.sc_cfg_max}] "
-                    f"(runs.{run}.objective.sc_cfg_min/max); allowed: a scale in that range")
+            check_sampler_for_run(f"samplers.{sampler}", s, runs[run].objective, tasks[run],
+                                  f"figure {fid} samples run '{run}'", input_cfg=False)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -382,5 +387,6 @@ def validate_workflow_config(config: dict, configfiles: Iterable[str | os.PathLi
     for path in configfiles:
         load_yaml(path)
     exp = parse_experiment(config)
+    check_models(exp)
     check_filesystem(exp)
     return exp

@@ -117,10 +117,14 @@ def build_world(root: Path) -> Path:
 
 def copy_world(world: Path, to: Path) -> Path:
     """A private copy whose recorded paths (headers, store identities) point into the copy."""
+    from elf.artifacts import write_checksums
+
     shutil.copytree(world, to)
     for path in to.rglob("*"):
         if path.suffix in (".jsonl", ".json") and path.is_file() and "zarr" not in str(path):
             path.write_text(path.read_text().replace(str(world), str(to)))
+    for record in to.rglob("checksums.json"):  # a rewritten config.json is recorded as written
+        write_checksums(record.parent, list(json.loads(record.read_text())))
     return to
 
 

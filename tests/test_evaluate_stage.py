@@ -101,6 +101,36 @@ def test_a_failed_job_keeps_finished_samplers(assets, tmp_path, monkeypatch):
     assert sorted(p.name for p in (out / "aggregates").iterdir()) == ["ode2.json"]
 
 
+def test_a_damaged_finished_sampler_is_redone_never_published(assets, tmp_path, monkeypatch, capsys):
+    """Issue 26: the done marker vouches for the sha256 of the files it marks. A finished sampler's
+    samples file cut after the kill is evaluated again on resume, and the published file is whole."""
+    out = tmp_path / "all"
+    calls = []
+    real = evaluate_stage.evaluate_sampler
+
+    def failing(args, plan_, name, entry, staging):
+        calls.append(name)
+        if name == "ode2" and len(calls) == 2:
+            raise KeyboardInterrupt
+        real(args, plan_, name, entry, staging)
+
+    monkeypatch.setattr(evaluate_stage, "evaluate_sampler", failing)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(assets, out, SAMPLERS)
+    staged = tmp_path / "all.partial" / "samples" / "sde3" / "seed0.jsonl"
+    whole = staged.read_text()
+    staged.write_text("\n".join(whole.splitlines()[:-1]) + "\n")  # the last sample cut off
+    capsys.readouterr()
+    assert evaluate(assets, out, SAMPLERS) == 0
+    assert calls == ["sde3", "ode2", "sde3", "ode2"]  # sde3 redone despite its marker
+    assert "changed since" in capsys.readouterr().err
+    published = out / "samples" / "sde3" / "seed0.jsonl"
+    assert len(published.read_text().splitlines()) == 1 + 4  # header + n samples
+    assert published.read_text().splitlines()[1:] == whole.splitlines()[1:]  # the same draws
+    # an intact finished sampler is kept: a rerun after another kill does not redo it
+    assert json.loads((out / "aggregates" / "sde3.json").read_text())["metrics"]["gen_ppl"]["n"] == 2
+
+
 @pytest.mark.parametrize("plan_text, words", [
     ("{not json", "not an evaluation plan"),
     (json.dumps({"run": "base"}), "not an evaluation plan"),

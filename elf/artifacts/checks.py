@@ -252,3 +252,67 @@ def check_samples_header(path: str | os.PathLike, header: dict, *, task: str | N
             raise mismatch(f"samples {path}", f"checkpoint {short(drawn)} in its header",
                            f"{short(now)} for {checkpoint}/{EMA_WEIGHTS} in {record}",
                            "the checkpoint changed since sampling: resample")
+
+
+# --------------------------------------------------------------------------------------------------
+# Inputs that must agree where they meet (issue 26)
+# --------------------------------------------------------------------------------------------------
+
+def check_store_for_run(path: str, *, conditional: bool, seq_len: int, identity: dict, dataset: dict,
+                        embedding: dict) -> None:
+    """A train store made of the run's dataset with the run's embedding: the task's layout (a
+    conditional store holds source-dropped rows), the sequence length, and the embedding settings
+    the store recorded (kind, encoder, dtype)."""
+    remedy = "pass the train store of the run's dataset and embedding"
+    if conditional != (dataset.get("task") != "unconditional"):
+        layout = "conditional" if conditional else "unconditional"
+        raise mismatch(f"--store {path}", f"{layout} rows", f"task {dataset.get('task')!r} for the "
+                       f"run's dataset {dataset.get('name')!r} (--settings)", remedy)
+    if seq_len != dataset.get("max_length"):
+        raise mismatch(f"--store {path}", f"sequences of {seq_len} tokens",
+                       f"max_length {dataset.get('max_length')} for the run's dataset "
+                       f"{dataset.get('name')!r} (--settings)", remedy)
+    recorded = identity.get("settings") or {}
+    differ = sorted(k for k, v in recorded.items() if k in embedding and embedding[k] != v)
+    if differ:
+        key = differ[0]
+        raise mismatch(f"--store {path}", f"embedding {key} {recorded[key]!r}",
+                       f"{key} {embedding[key]!r} for the run's embedding (--settings)", remedy)
+
+
+def check_same_dataset(option: str, meta: dict, dataset: dict, ignore: Iterable[str] = ()) -> None:
+    """A checkpoint another run builds on (a distillation teacher or init) was trained on that
+    run's dataset (``config.json`` ``dataset``; scheduling-only fields ``ignore``-d)."""
+    theirs = meta.get("dataset")
+    if not isinstance(theirs, dict):
+        return
+    differ = sorted(k for k in set(theirs) & set(dataset)  # the fields both record
+                    if k not in ignore and theirs[k] != dataset[k])
+    if differ:
+        raise mismatch(f"{option}: its dataset", f"{theirs.get('name')!r} (task {theirs.get('task')!r}, "
+                       f"{differ[0]} {theirs.get(differ[0])!r})",
+                       f"{dataset.get('name')!r} (task {dataset.get('task')!r}, {differ[0]} "
+                       f"{dataset.get(differ[0])!r}) for this run (--settings)",
+                       "a student learns its teacher's flow on the same dataset: pass a checkpoint "
+                       "of it")
+
+
+def check_metric_range(path: str, metrics: dict) -> None:
+    """Score values inside their range: a perplexity >= 1, an entropy >= 0, BLEU / ROUGE in [0, 100]
+    (a value outside is damage or a wiring mistake, never a mean)."""
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        lo, hi = _metric_range(name)
+        if value < lo or (hi is not None and value > hi):
+            allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise ArtifactError(f"score file {path}: metric {name} is {value}; allowed: {allowed} "
+                                "(damaged or not an `elf score` output: rescore)")
+
+
+def _metric_range(name: str) -> tuple[float, float | None]:
+    if "ppl" in name:
+        return 1.0, None
+    if name.startswith(("bleu", "rouge")) and not name.endswith("_se"):
+        return 0.0, 100.0
+    return 0.0, None  # entropies, repetition rates, counts, standard errors: never negative

@@ -6,7 +6,8 @@ The samples file (``elf sample`` writes; ``elf score``, the report's F8 and the 
 is ``{"provenance": {...}}`` (the header: checkpoint, checkpoint_sha256, run, sampler,
 sampler_settings, seed, code_version, ...); every further line is one sample ``{"i": int, "text":
 str, "token_ids": [int, ...]}``, plus ``"source"`` and ``"reference"`` for conditional tasks. A
-sample's ``text`` may be "".
+sample's ``text`` may be ""; its ``token_ids`` are at most the header's ``max_tokens`` (the sequence
+length, or a conditional layout's target tokens).
 
     header, rows = read_samples("results/evals/base/all/samples/ode64/seed0.jsonl")
     write_samples(path, header, rows)      # atomic: a failure leaves no file behind
@@ -64,10 +65,17 @@ def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict]]:
         raise SamplesFormatError(f"{path}: empty file; expected a provenance header line")
     header = _header_of(path, _parse_line(path, 1, lines[0]))
     rows = []
+    longest = header.get("max_tokens")
     for lineno, line in enumerate(lines[1:], start=2):
         row = _parse_line(path, lineno, line)
         if not isinstance(row.get("text"), str):
             raise SamplesFormatError(f"{path}:{lineno}: a sample needs a string field 'text'")
+        ids = row.get("token_ids")
+        too_long = isinstance(ids, list) and isinstance(longest, int) and len(ids) > longest
+        if ids is not None and (not isinstance(ids, list) or too_long):
+            found = f"{len(ids)} token ids" if isinstance(ids, list) else f"token_ids {ids!r}"
+            raise SamplesFormatError(f"{path}:{lineno}: {found}, but its header says a sample keeps at "
+                                     f"most max_tokens={longest} (cut or edited)")
         rows.append(row)
     expected = header.get("n")
     if isinstance(expected, int) and expected != len(rows):
@@ -80,7 +88,8 @@ def samples_header(*, checkpoint: str, checkpoint_sha256: str, run: str, run_con
                    sampler: str, sampler_settings: dict, precision: str, n: int, batch_size: int,
                    task: str, seed: int, eval_store: str | None = None, eval_tokens: str | None = None,
                    eval_split: str | None = None, eval_store_identity: str | None = None,
-                   decoder: str | None = None, decoder_sha256: str | None = None) -> dict:
+                   decoder: str | None = None, decoder_sha256: str | None = None,
+                   max_tokens: int | None = None) -> dict:
     """The header of one seed's samples file (``elf.io.provenance`` adds the command and code
     version): what was sampled, from which checkpoint and inputs, with which settings."""
     return {HEADER_CHECKPOINT: checkpoint, HEADER_CHECKPOINT_SHA256: checkpoint_sha256, "run": run,
@@ -89,7 +98,7 @@ def samples_header(*, checkpoint: str, checkpoint_sha256: str, run: str, run_con
             "batch_size": batch_size, "task": task, "eval_store": eval_store,
             "eval_tokens": eval_tokens, "eval_split": eval_split,
             HEADER_STORE_IDENTITY: eval_store_identity, "decoder": decoder,
-            HEADER_DECODER_SHA256: decoder_sha256, "seed": seed}
+            HEADER_DECODER_SHA256: decoder_sha256, "seed": seed, "max_tokens": max_tokens}
 
 
 def same_sample_inputs(old: dict, header: dict) -> bool:

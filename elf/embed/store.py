@@ -54,6 +54,7 @@ the stored ``embeddings`` values; population std), ``token_ids_sha256``, ``data_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import math
@@ -251,7 +252,20 @@ class EmbeddingStore:
     def read_rows(self, start: int, stop: int, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
         """Stored arrays for rows start..stop-1 (embeddings still in the stored dtype)."""
         names = self.array_names if names is None else names
-        return {name: self._arrays[name][start:stop] for name in names}
+        with self._readable(names):
+            return {name: self._arrays[name][start:stop] for name in names}
+
+    @contextlib.contextmanager
+    def _readable(self, names):
+        """A chunk zarr cannot decode (a crc32c mismatch, a short buffer: a file cut or damaged
+        after finalize counted it) is a one-line ``StoreError``, not a codec traceback."""
+        try:
+            yield
+        except (ValueError, RuntimeError, OSError, IndexError) as err:
+            reason = (str(err).splitlines() or [type(err).__name__])[0][:160]
+            raise StoreError(f"embedding store {self.path}: a chunk of array {', '.join(names)} cannot "
+                             f"be read ({type(err).__name__}: {reason}); the file is damaged: re-embed "
+                             f"it (delete {self.path} and rerun its embed rule)") from err
 
     def read_indices(self, indices: np.ndarray, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
         """Stored arrays for rows ``indices`` (in that order). The sorted rows are read as contiguous
@@ -269,7 +283,8 @@ class EmbeddingStore:
             return await asyncio.gather(*(self._arrays[name].async_array.getitem(slice(a, b))
                                           for name in names for a, b in runs))
 
-        parts = zarr_sync(read_all())
+        with self._readable(names):
+            parts = zarr_sync(read_all())
         out = {}
         for k, name in enumerate(names):
             gathered = np.concatenate(parts[k * len(runs):(k + 1) * len(runs)])
@@ -303,7 +318,9 @@ def open_store(path: str | os.PathLike) -> EmbeddingStore:
                          "re-embed it") from err
     layout = store.layout
     if layout.num_sequences * layout.seq_len * 4 <= TOKEN_HASH_LIMIT:
-        found, recorded = _token_ids_sha256(group, layout, progress=False), store.attrs[STORE_TOKEN_IDS_SHA256]
+        with store._readable(("input_ids",)):
+            found = _token_ids_sha256(group, layout, progress=False)
+        recorded = store.attrs[STORE_TOKEN_IDS_SHA256]
         if found != recorded:
             raise mismatch(f"embedding store {path}: input_ids", short(found), short(recorded),
                            "the token ids are damaged; re-embed it")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from elf.artifacts import read_json
+from elf.artifacts.checks import check_metric_range
 from elf.artifacts.names import METRICS, PROVENANCE, SAMPLES_HEADER, SCORES
 from elf.errors import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
@@ -64,6 +65,7 @@ def aggregate_scores(paths: list[str], run_name: str, sampler: str, staged: str 
         if not isinstance(score.get(METRICS), dict):
             raise ElfError(f"--scores {path}: no '{METRICS}' mapping (not an `elf score` output?)")
         check_names(path, score, run_name, sampler)
+        check_metric_range(path, score[METRICS])
         seed = seed_label(path, score)
         if seed in metrics_by_seed:
             raise ElfError(f"--scores {path}: seed {seed} is given twice")

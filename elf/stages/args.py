@@ -7,8 +7,8 @@ into the typed settings of ``elf.config``, refused in one line naming the option
 
 from __future__ import annotations
 
-import contextlib
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -64,13 +64,32 @@ class TrainSettings:
 
 
 def parse_train_settings(text: str) -> TrainSettings:
+    """The settings of a training-kind stage, checked by the rules plan time applies to the run
+    (``elf.settings_checks``: presets, batch splitting, SC-CFG range, kind-only settings, ...), so a
+    hand-run stage refuses what the DAG refuses, in the same words under the key ``run...``."""
+    from elf.settings_checks import check_run, check_sizes
+
     data = parse_sections(text, run=RunSettings, dataset=DatasetSettings, embedding=EmbeddingSettings)
     precision = data.get("precision", "fp32")  # fp32 when absent
     if precision not in PRECISIONS:
         raise ElfError(f"--settings: unknown precision {precision!r}; expected one of "
                        f"{', '.join(PRECISIONS)}")
-    return TrainSettings(data["run"], data["dataset"], data["embedding"], data.get("sizes", {}),
-                         precision)
+    sizes = data.get("sizes", {})
+    if not isinstance(sizes, dict):
+        raise ElfError(f"--settings: config key 'sizes': got {sizes!r}; expected a mapping")
+    with refused_as("--settings"):
+        check_sizes(sizes)
+        check_run("run", data["run"], data["dataset"], data["embedding"], sizes)
+    return TrainSettings(data["run"], data["dataset"], data["embedding"], sizes, precision)
+
+
+@contextmanager
+def refused_as(option: str):
+    """A ``ConfigError`` of the shared rules as the one-line ``ElfError`` of ``option``."""
+    try:
+        yield
+    except ConfigError as err:
+        raise ElfError(f"{option}: {err}") from err
 
 
 def resolve_device(name: str):
@@ -82,7 +101,7 @@ def resolve_device(name: str):
         return resolve(name)
 
 
-@contextlib.contextmanager
+@contextmanager
 def device_errors(name: str):
     """An ``elf.device.DeviceError`` raised inside (torch_xla missing, a multi-host slice) becomes an
     ElfError naming ``--device name``."""

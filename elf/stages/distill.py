@@ -28,7 +28,7 @@ from elf.artifacts.names import RUN_EMBEDDING, RUN_MODEL, RUN_SETTINGS, TOKENS_F
 from elf.artifacts.records import token_record
 from elf.errors import ElfError
 from elf.stages.args import TrainSettings, device_errors, parse_train_settings
-from elf.stages.train import add_device_arg
+from elf.stages.train import add_device_arg, check_batch_fits
 
 
 def register(sub) -> None:
@@ -115,10 +115,11 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
     import torch
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
+    from elf.artifacts.checks import check_same_dataset, check_store_for_run
     from elf.artifacts.names import (RUN_DATASET, RUN_PARAMETERS, RUN_PRECISION, RUN_STATS, RUN_STORE,
                                      RUN_STORE_IDENTITY, RUN_TOKENIZER, RUN_TRAIN_ROWS, STORE_TOKENIZER,
                                      TOKENIZER_SHA256)
-    from elf.config import to_dict
+    from elf.config import SCHEDULING_FIELDS, to_dict
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
     from elf.embed.store import open_store
@@ -142,7 +143,12 @@ def distill_round(settings: TrainSettings, *, teacher: Path, init: Path, store_p
     student, init_meta = _load(init, "init")
     shape = dict(d=store.dim, seq_len=store.seq_len, vocab=vocab, embedding=to_dict(emb_s))
     check_compatible("teacher", teacher_meta, **shape)
+    check_same_dataset("--teacher", teacher_meta, to_dict(data_s), ignore=SCHEDULING_FIELDS)
     check_compatible("init", init_meta, **shape, model_settings=to_dict(run_s.model))
+    check_same_dataset("--init", init_meta, to_dict(data_s), ignore=SCHEDULING_FIELDS)
+    check_store_for_run(store_path, conditional=store.conditional, seq_len=store.seq_len,
+                        identity=store.identity, dataset=to_dict(data_s), embedding=to_dict(emb_s))
+    check_batch_fits(run_s, len(store), f"--store {store_path}")
     init_record = _init_record(init, init_meta)
     teacher_net.requires_grad_(False).eval().to(device)
     student.train()

@@ -9,8 +9,9 @@ those stages' (``elf/plan.py`` gives the layout)::
     <out-dir>/aggregates/<sampler>.json
 
 The folder is built in ``<out-dir>.partial/`` and moved into place at the end; after a kill a rerun
-keeps every sampler already finished (a marker records its settings, seeds and checkpoint hash) and
-the finished seeds of the interrupted one (``elf sample``'s own resume).
+keeps every sampler already finished (a marker records its settings, seeds and checkpoint hash and the
+sha256 of each file it wrote: a file damaged since is redone, never published) and the finished
+seeds of the interrupted one (``elf sample``'s own resume).
 
 ``--plan`` is JSON: ``{"run": name, "task": ..., "n": samples or examples per seed, "batch_size",
 "score_batch_size", "precision", "samplers": {name: {"settings": SamplerSettings, "seeds": [...],
@@ -34,7 +35,8 @@ from elf.errors import ElfError
 from elf.stages.args import resolve_device
 from elf.io import atomic_dir, output_lock, write_json
 
-DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs
+DONE = "done"  # <staging>/done/<sampler>.json: a finished sampler's inputs and its files' sha256
+MARKED = "files_sha256"  # the marker's record of the files it vouches for
 STAGING = ".partial"  # <out-dir>.partial: the folder the job builds, moved onto <out-dir> at the end
 PLAN_KEYS = ("run", "task", "n", "batch_size", "score_batch_size", "precision", "samplers")
 
@@ -75,9 +77,42 @@ def parse_plan(text: str) -> dict:
             plan[key]
     except (json.JSONDecodeError, KeyError, TypeError) as err:
         raise ElfError(f"--plan: not an evaluation plan ({err})") from err
-    if not plan["samplers"]:
+    if not isinstance(plan["samplers"], dict) or not plan["samplers"]:
         raise ElfError("--plan: no samplers to evaluate")
+    check_plan(plan)
     return plan
+
+
+def check_plan(plan: dict) -> None:
+    """The plan's settings by the rules plan time applies (``elf.settings_checks``), each refused in
+    one line naming its key under --plan: the task, n, batch sizes, every sampler's settings and
+    seeds (a sampler against the run's trained ranges: ``elf.stages.sample.load_job``)."""
+    from typing import get_args, get_type_hints
+
+    from elf.config import DatasetSettings, SamplerSettings
+    from elf.settings_checks import check_sampler, check_seeds
+    from elf.stages.args import refused_as, settings_of
+
+    tasks = get_args(get_type_hints(DatasetSettings)["task"])
+    if plan["task"] not in tasks:
+        raise ElfError(f"--plan: config key 'task': got {plan['task']!r}; allowed: "
+                       f"{', '.join(tasks)}")
+    for key in ("n", "batch_size", "score_batch_size"):
+        value, low = plan[key], 0 if key == "n" and plan["task"] != "unconditional" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ElfError(f"--plan: config key '{key}': got {value!r}; allowed: an integer >= {low}"
+                           + (" (0: every conditional example)" if key == "n" else ""))
+    for name, entry in plan["samplers"].items():
+        key = f"samplers.{name}"
+        if not isinstance(entry, dict) or "settings" not in entry or "seeds" not in entry:
+            raise ElfError(f"--plan: config key '{key}': expected a mapping with settings and seeds")
+        settings = settings_of(entry["settings"], SamplerSettings, f"{key}.settings", "--plan")
+        seeds = entry["seeds"]
+        if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+            raise ElfError(f"--plan: config key '{key}.seeds': got {seeds!r}; expected a list of integers")
+        with refused_as("--plan"):
+            check_sampler(f"{key}.settings", settings)
+            check_seeds(seeds, f"{key}.seeds")
 
 
 def run(args) -> None:
@@ -106,16 +141,51 @@ def evaluate_all(inputs: EvalInputs, plan: dict, ckpt_sha: str, out: Path) -> No
     for name, entry in plan["samplers"].items():
         marker = staging / DONE / f"{name}.json"
         done = {"checkpoint_sha256": ckpt_sha, **entry, **{k: plan[k] for k in plan if k != "samplers"}}
-        if marker.exists() and json.loads(marker.read_text()) == done:
+        if _still_done(marker, done, staging, name):
             continue
         evaluate_sampler(inputs, plan, name, entry, staging)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(json.dumps(done, sort_keys=True))
+        write_json(marker, {**done, MARKED: outputs_sha256(staging, name)})
     _drop_strays(staging, set(plan["samplers"]))
     if out.exists():
         shutil.rmtree(out)
     shutil.rmtree(staging / DONE)
     os.replace(staging, out)
+
+
+def outputs_sha256(staging: Path, name: str) -> dict[str, str]:
+    """The sha256 of every file one sampler's evaluation wrote (samples, scores, aggregate), by path
+    under the staging folder: what its done marker vouches for."""
+    from elf.io import sha256_file
+
+    files = [p for folder in (layout.samples_dir(staging, name), layout.scores_dir(staging, name))
+             for p in sorted(folder.glob("*")) if p.is_file()]
+    files.append(layout.aggregate_file(staging, name))
+    return {str(p.relative_to(staging)): sha256_file(p) for p in files if p.is_file()}
+
+
+def _still_done(marker: Path, done: dict, staging: Path, name: str) -> bool:
+    """A finished sampler is kept only if its marker records these inputs and its files are still
+    the ones it marked; marked files that changed since (a damaged or cut file) are removed, so the
+    sampler is redone and a damaged file is never published."""
+    import sys
+
+    if not marker.is_file():
+        return False
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    marked = recorded.pop(MARKED, None) if isinstance(recorded, dict) else None
+    if recorded != done:
+        return False  # other inputs: redone (elf sample reuses the seeds that still fit)
+    if marked == outputs_sha256(staging, name):
+        return True
+    print(f"elf evaluate: {marker}: the files it marks changed since they were written (damaged or "
+          f"edited); evaluating sampler {name!r} again", file=sys.stderr)
+    for folder in (layout.samples_dir(staging, name), layout.scores_dir(staging, name)):
+        shutil.rmtree(folder, ignore_errors=True)
+    layout.aggregate_file(staging, name).unlink(missing_ok=True)
+    return False
 
 
 def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, staging: Path) -> None:

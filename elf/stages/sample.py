@@ -197,6 +197,7 @@ def load_job(checkpoint: Path, settings: SamplerSettings, *, tokenizer_ref: str,
                                     TOKENIZER_SHA256: meta.get(TOKENIZER_SHA256)},
                     f"checkpoint {checkpoint}")
     dataset = meta[RUN_DATASET]
+    check_sampler_against(meta, settings, checkpoint, n)
     rows = None
     if dataset["task"] != "unconditional":
         rows = conditional_inputs(meta, store=store, tokens=tokens, split=split, tokenizer_ref=tokenizer_ref)
@@ -214,8 +215,30 @@ def load_job(checkpoint: Path, settings: SamplerSettings, *, tokenizer_ref: str,
                   precision=precision, n=n, task=dataset["task"], eval_store=store, eval_tokens=tokens,
                   eval_split=rows["split"] if rows else None,
                   eval_store_identity=rows["store_identity"] if rows else None,
-                  decoder=decoder_dir, decoder_sha256=decoder_sha256)
+                  decoder=decoder_dir, decoder_sha256=decoder_sha256,
+                  max_tokens=target if target is not None else model_cfg["max_length"])
     return job, fields
+
+
+def check_sampler_against(meta: dict, settings: SamplerSettings, checkpoint: Path, n: int) -> None:
+    """The rules plan time applies to a (run, sampler) pair (``elf.settings_checks``), here against
+    the checkpoint's own record: no setting the method ignores, SC-CFG within the trained range,
+    input CFG only with a source; and at least one sample of an unconditional run."""
+    from elf.config import ObjectiveSettings, from_dict
+    from elf.settings_checks import check_sampler, check_sampler_for_run
+    from elf.stages.args import refused_as
+
+    task = meta[RUN_DATASET]["task"]
+    if task == "unconditional" and n < 1:
+        raise ElfError(f"--n {n}: an unconditional run draws --n samples; allowed: --n >= 1 (0 means "
+                       "every example of a conditional split only)")
+    with refused_as("--sampler"):
+        check_sampler("sampler", settings)
+        objective = (meta.get(RUN_SETTINGS) or {}).get("objective")
+        if isinstance(objective, dict):
+            check_sampler_for_run("sampler", settings,
+                                  from_dict(ObjectiveSettings, objective, "checkpoint objective"), task,
+                                  f"--checkpoint {checkpoint} holds a run")
 
 
 def separate_decoder(meta: dict, decoder_dir: str | None, checkpoint: Path, device):

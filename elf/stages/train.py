@@ -64,6 +64,7 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
     import torch
 
     from elf.artifacts import check_tokenizer, tokenizer_sha256
+    from elf.artifacts.checks import check_store_for_run
     from elf.artifacts.names import (RUN_DATASET, RUN_EMBEDDING, RUN_PARAMETERS, RUN_PRECISION,
                                      RUN_SETTINGS, RUN_STATS, RUN_STORE, RUN_STORE_IDENTITY, RUN_TOKENIZER,
                                      RUN_TOKENS, RUN_TOKENS_FINGERPRINT, RUN_TRAIN_ROWS, TOKENIZER_SHA256)
@@ -84,6 +85,11 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
     tokenizer = load_tokenizer(tokenizer_ref)
     source = batch_source(emb_s, len(tokenizer), store=store, tokens=tokens, encoder=encoder)
     check_tokenizer(tokenizer_ref, *recorded_tokenizer(source, store=store, tokens=tokens))
+    if store:
+        check_store_for_run(store, conditional=source.conditional, seq_len=source.seq_len,
+                            identity=source.store.identity, dataset=to_dict(data_s),
+                            embedding=to_dict(emb_s))
+    check_batch_fits(run_s, len(source), f"--store {store}" if store else f"--tokens {tokens}")
     try:
         cfg = model_config(run_s.model.size, settings.sizes, d=source.dim, vocab_size=len(tokenizer),
                            max_length=source.seq_len, bottleneck=run_s.model.bottleneck,
@@ -112,6 +118,15 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
               seq_shape=(source.seq_len, source.dim), rank=rank, world_size=world_size, device=device,
               progress=progress, step_fn=step_fn, after_step=after_step, precision=settings.precision)
     batches.close()
+
+
+def check_batch_fits(run_s: RunSettings, sequences: int, data: str) -> None:
+    """A global batch drawn from at most the whole training split (the rule plan time applies where
+    the split's size is known: ``elf.settings_checks``)."""
+    if run_s.budget.batch_size > sequences:
+        raise ElfError(f"--settings: config key 'run.budget.batch_size': got {run_s.budget.batch_size}, "
+                       f"more than the {sequences} training sequences of {data}; allowed: at most "
+                       f"{sequences}")
 
 
 def recorded_tokenizer(source, *, store: str | None, tokens: str | None) -> tuple[dict, str]:

@@ -14,6 +14,7 @@ A run directory (``results/runs/<run>/``) holds
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -26,7 +27,7 @@ from safetensors.torch import save_file
 
 from elf.artifacts import (ArtifactError, MissingArtifactError, load_safetensors, read_json,
                            verified_sha256, write_checksums)
-from elf.artifacts.names import (DECODER_CONFIG, DECODER_WEIGHTS, EMA_WEIGHTS, RAW_WEIGHTS, RESUME_DIR,
+from elf.artifacts.names import (CHECKSUMS, DECODER_CONFIG, DECODER_WEIGHTS, EMA_WEIGHTS, RAW_WEIGHTS, RESUME_DIR,
                                  PROVENANCE, RUN_CONFIG, RUN_MODEL)
 from elf.io import atomic_path, provenance
 from elf.model import ELF, ModelConfig
@@ -37,16 +38,17 @@ RERUN = "rerun its train rule"
 
 
 def save_final(out_dir: Path, model_state: dict, ema_state: dict, meta: dict) -> None:
-    """Write weights + config.json atomically (each file replaced in one rename), then their
-    checksums."""
+    """Write weights + config.json, every file to a temporary sibling first and renamed into place
+    only once all three are written (a full disk replaces none of them), then their checksums."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, state in zip(WEIGHT_FILES, (model_state, ema_state)):
-        with atomic_path(out_dir / name) as tmp:
+    with contextlib.ExitStack() as files:
+        for name, state in zip(WEIGHT_FILES, (model_state, ema_state)):
+            tmp = files.enter_context(atomic_path(out_dir / name))
             save_file({k: v.detach().float().cpu().contiguous() for k, v in state.items()}, str(tmp))
-    with atomic_path(out_dir / RUN_CONFIG) as tmp:
+        tmp = files.enter_context(atomic_path(out_dir / RUN_CONFIG))
         tmp.write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
-    write_checksums(out_dir, WEIGHT_FILES)
+    write_checksums(out_dir, (*WEIGHT_FILES, RUN_CONFIG))  # config.json too: its fingerprint
 
 
 def read_meta(ckpt_dir: Path) -> dict:
@@ -58,7 +60,21 @@ def read_meta(ckpt_dir: Path) -> dict:
     if not isinstance(meta, dict) or not isinstance(meta.get(RUN_MODEL), dict):
         raise ArtifactError(f"checkpoint config {path}: no '{RUN_MODEL}' mapping (not written by elf; "
                             f"{RERUN})")
+    _check_config_fingerprint(path)
     return meta
+
+
+def _check_config_fingerprint(path: Path) -> None:
+    """``config.json`` is the one its checkpoint was written with: its sha256 against the one
+    ``checksums.json`` records (checkpoints written before config.json was listed are not checked)."""
+    from elf.artifacts import file_sha256
+
+    record = path.parent / CHECKSUMS
+    recorded = read_json(record, "checksums").get(RUN_CONFIG) if record.is_file() else None
+    if isinstance(recorded, dict) and file_sha256(path) != recorded.get("sha256"):
+        raise ArtifactError(f"{path}: this config.json is not this checkpoint's (its sha256 is not the "
+                            f"one {record} records for the weights beside it: copied from another run "
+                            f"or edited); {RERUN}")
 
 
 def load_model(ckpt_dir: Path, weights: str = "ema", device="cpu") -> tuple[ELF, dict]:

@@ -65,7 +65,7 @@ rule encoder:
     input:
         code("encoder"),
         tok=PLAN.tokenizer_input,
-        tokens=f"{R}/data/owt/tokens",
+        tokens=PLAN.encoder_tokens,
     output:
         directory(f"{R}/models/encoder-{{encoder}}"),
     params:

@@ -18,17 +18,16 @@ localrules:
 
 rule experiment:
     """results/experiment.json: the configuration the review, the manifest and explore.ipynb read;
-    rewritten when the config changes (Snakemake's params trigger)."""
-    conda:
-        ENV
+    rewritten when the config changes (Snakemake's params trigger). Written by Snakemake itself: as
+    one shell argument, the config of some 1,400 runs and more exceeds the kernel's 128 KiB limit."""
     output:
         PLAN.experiment_file,
     params:
         text=lambda w: json.dumps(config, indent=1, sort_keys=True),
     log:
         f"{R}/logs/report/experiment.log",
-    shell:
-        "printf '%s' {params.text:q} > {output} 2> {log}"
+    run:
+        Path(output[0]).write_text(params.text)
 
 
 rule figure:
