@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from elf import plan
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 from elf.io import read_json
 
 METRICS = ("gen_ppl", "entropy", "repetition")

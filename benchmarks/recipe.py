@@ -41,8 +41,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from elf.config import (EmbeddingSettings, RunSettings, SamplerSettings, deep_merge, from_dict,
-                        parse_experiment)
+from elf.config import EmbeddingSettings, RunSettings, SamplerSettings, deep_merge, from_dict
+from elf.validate import parse_experiment
 
 TIMES = (0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
 

@@ -1,8 +1,9 @@
 """Typed, validated configuration: the one place that knows every setting, its default and its range.
 
-``parse_experiment(dict)`` turns a loaded ``config/*.yaml`` into an ``Experiment`` of frozen
-dataclasses, or raises ``ConfigError`` naming the key, the bad value and what is allowed. Snakemake
-calls it before any rule runs (``workflow/rules/common.smk``); every ``elf`` stage receives the
+The settings' types, defaults and ranges; ``elf.validate.parse_experiment(dict)`` turns a loaded
+``config/*.yaml`` into an ``Experiment`` of these frozen dataclasses, or raises ``ConfigError`` naming
+the key, the bad value and what is allowed (every rule across keys lives there). Snakemake calls it
+before any rule runs (``workflow/rules/common.smk``); every ``elf`` stage receives the
 already-resolved section it needs as JSON (``--settings``) and rebuilds the same dataclass.
 ``workflow/schemas/config.schema.yaml`` is generated from these dataclasses (``elf schema``), so the
 schema and the code cannot drift (a test checks).
@@ -380,88 +381,3 @@ class Experiment:
             resolved[name] = from_dict(RunSettings, deep_merge(self.run_defaults, self.runs[name]),
                                        f"runs.{name}")
         return resolved[name]
-
-
-def parse_experiment(data: dict) -> Experiment:
-    """Validate a whole config mapping; every run is resolved once so that a bad run fails now,
-    then the cross-field rules of ``elf.validate`` (names, sizes, pairings, distillation chains)."""
-    from elf.validate import check_rules
-
-    exp = from_dict(Experiment, data)
-    for name, dataset in exp.datasets.items():
-        _check_dataset(name, dataset)
-    _check_decoder_refs(exp)
-    for name in exp.runs:
-        run = exp.run(name)
-        _check_refs(exp, name, run)
-    for name, fig in exp.figures.items():
-        for ref, table, what in [(r, exp.runs, "runs") for r in fig.runs] + \
-                [(s, exp.samplers, "samplers") for s in fig.samplers]:
-            if ref not in table:
-                raise ConfigError(f"config key 'figures.{name}.{what}': '{ref}' is not defined "
-                                  f"under '{what}' (defined: {', '.join(table)})")
-        for pair in fig.pairs:
-            if pair.run not in fig.runs or pair.sampler not in fig.samplers:
-                raise ConfigError(f"config key 'figures.{name}.pairs': {pair.run}/{pair.sampler} is not "
-                                  f"one of its runs × samplers")
-    for name, trend in exp.trends.items():
-        for side in ("lower", "higher"):
-            pair = getattr(trend, side)
-            for ref, table, what in ((pair.run, exp.runs, "run"), (pair.sampler, exp.samplers, "sampler")):
-                if ref not in table:
-                    raise ConfigError(f"config key 'trends.{name}.{side}.{what}': '{ref}' is not "
-                                      f"defined under '{what}s' (defined: {', '.join(table)})")
-    check_rules(exp)
-    return exp
-
-
-def _check_dataset(name: str, ds: DatasetSettings) -> None:
-    """A conditional layout leaves room for its target, of the stated length (spec §2: the sampler
-    keeps max_length - max_input_length tokens); only authors' datasets take a raw test split."""
-    key = f"datasets.{name}"
-    if ds.task != "unconditional":
-        if ds.max_input_length is None or ds.max_input_length >= ds.max_length:
-            raise ConfigError(f"config key '{key}.max_input_length': got {ds.max_input_length!r}; a "
-                              f"{ds.task} dataset needs a source cap below max_length {ds.max_length}")
-        if ds.target_length is not None and ds.target_length != ds.target_tokens:
-            raise ConfigError(f"config key '{key}.target_length': got {ds.target_length}, but "
-                              f"max_length {ds.max_length} - max_input_length {ds.max_input_length} "
-                              f"leaves {ds.target_tokens} target tokens; fix the layout or the length")
-    elif ds.target_length is not None:
-        raise ConfigError(f"config key '{key}.target_length': got {ds.target_length}; only "
-                          "conditional datasets have a target")
-    if ds.test is not None and ds.source != "authors":
-        raise ConfigError(f"config key '{key}.test': a raw test split is for source 'authors' "
-                          f"(got source {ds.source!r})")
-
-
-def _check_refs(exp: Experiment, name: str, run: RunSettings) -> None:
-    refs = [("dataset", run.dataset, exp.datasets), ("embedding", run.embedding, exp.embeddings)]
-    refs += [(k, getattr(run, k), exp.runs) for k in ("teacher", "init_from") if getattr(run, k)]
-    for key, ref, table in refs:
-        if ref not in table:
-            raise ConfigError(f"config key 'runs.{name}.{key}': '{ref}' is not defined "
-                              f"(defined: {', '.join(table)})")
-    if run.decoder is not None:
-        _check_decoder(exp, name, run)
-
-
-def _check_decoder(exp: Experiment, name: str, run: RunSettings) -> None:
-    """A run decoded by a separate decoder uses the decoder's embedding (its decode head and decode
-    branch: ``elf.settings_checks.check_run``)."""
-    if run.decoder not in exp.decoders:
-        raise ConfigError(f"config key 'runs.{name}.decoder': '{run.decoder}' is not defined under "
-                          f"'decoders' (defined: {', '.join(exp.decoders) or 'none'})")
-    dec = exp.decoders[run.decoder]
-    if dec.embedding != run.embedding:
-        raise ConfigError(f"config key 'runs.{name}.decoder': decoder '{run.decoder}' is trained on "
-                          f"embedding '{dec.embedding}' but the run uses '{run.embedding}'")
-
-
-def _check_decoder_refs(exp: Experiment) -> None:
-    for name, dec in exp.decoders.items():
-        for key, ref, table in (("dataset", dec.dataset, exp.datasets),
-                                ("embedding", dec.embedding, exp.embeddings)):
-            if ref not in table:
-                raise ConfigError(f"config key 'decoders.{name}.{key}': '{ref}' is not defined "
-                                  f"(defined: {', '.join(table)})")

@@ -9,8 +9,8 @@ over every import this module can see:
   imports, at module level and inside functions (``ast.walk``: the lazy imports that keep a job's
   start-up light run when the job does);
 - ``importlib.import_module("elf.plan")``, and ``importlib.import_module(f"elf.report.{name}")``: an
-  f-string's constant head names a package, and every module under it counts (the report's
-  templates, loaded by name from its registry);
+  f-string's constant head names a package, and every module under it counts but the importer
+  itself (the report's templates, loaded by the name its registry gives);
 - the packages above each module (importing ``elf.embed.store`` runs ``elf/__init__.py`` and
   ``elf/embed/__init__.py``).
 
@@ -92,7 +92,7 @@ def _read_imports(path: Path, module: str, names: tuple[str, ...]) -> tuple[froz
             name, exact = target
             if name.split(".")[0] == root:
                 dynamic.update([name] if exact else (m for m in modules if m.startswith(name)))
-    return frozenset(static & modules), frozenset(dynamic & modules)
+    return frozenset(static & modules), frozenset((dynamic & modules) - {module})
 
 
 def imported(path: Path, module: str | None = None, modules: dict[str, Path] | None = None) -> set[str]:

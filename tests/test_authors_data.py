@@ -18,7 +18,8 @@ import yaml
 
 from elf.cli import ElfError
 from elf.cli import main as elf_main
-from elf.config import ConfigError, DatasetSettings, parse_experiment
+from elf.config import ConfigError, DatasetSettings
+from elf.validate import parse_experiment
 from elf.data import authors
 from elf.data.loaders import DataError, load_raw
 from elf.flow.objective import loss_mask

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elf.config import ConfigError, parse_experiment
+from elf.config import ConfigError
+from elf.validate import parse_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 

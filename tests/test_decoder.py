@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from elf.cli import main
-from elf.config import (ConfigError, DatasetSettings, DecoderSettings, EmbeddingSettings, ModelSettings,
-                        ObjectiveSettings, RunSettings, SamplerSettings, parse_experiment, to_dict)
+from elf.config import ConfigError, DatasetSettings, DecoderSettings, EmbeddingSettings, ModelSettings, ObjectiveSettings, RunSettings, SamplerSettings, to_dict
+from elf.validate import parse_experiment
 from elf.decoder import (DecoderConfig, DecoderDraws, SeparateDecoder, corrupt, decoder_loss,
                          draw_corruption)
 from elf.artifacts.records import read_samples

@@ -12,7 +12,7 @@ import pytest
 import elf.stages.evaluate as evaluate_stage
 from elf import plan
 from elf.cli import main
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 from elf.io import read_json
 from tests.test_sample_stage import SAMPLER, build_checkpoint, build_tokenizer
 from tests.test_scorer import SETTINGS as SCORER_SETTINGS

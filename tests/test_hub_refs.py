@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 from elf.hub import hub_ref, pretrained_kwargs, pretrained_ref, snapshot_commit, split_ref
 
 ROOT = Path(__file__).resolve().parents[1]

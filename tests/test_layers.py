@@ -89,3 +89,23 @@ def test_no_module_over_500_lines():
                   if (n := len(path.read_text().splitlines())) > 500)
     assert not long, f"modules over 500 lines: {', '.join(long)}"
 
+
+
+def test_the_imports_make_no_cycle():
+    """No module can reach itself through imports (the lazy and ``importlib`` ones included)."""
+    graph = {module: imported(path, module) for module, path in MODULES.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for other in sorted(graph[module]):
+            if state.get(other) == 1:
+                cycle = path[path.index(other):] + [module, other] if other in path else [module, other]
+                raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+            if other not in state:
+                visit(other, path + [module])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])

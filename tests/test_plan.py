@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from elf import plan
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 from elf.report.registry import needs
 
 ROOT = Path(__file__).resolve().parents[1]

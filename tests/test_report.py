@@ -17,7 +17,7 @@ import yaml
 
 from elf import plan
 from elf.cli import main as elf_main
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 from elf.report import cells, registry, review
 from elf.report.cells import TableInputs
 from elf.report.paper import load_paper_values, match_paper, paper_points

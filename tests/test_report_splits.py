@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from elf import plan
-from elf.config import parse_experiment
-from elf.report import registry, review
+from elf.validate import parse_experiment
+from elf.report import registry, render, review
 from elf.report.cells import TableInputs
 from elf.report.paper import load_paper_values, match_paper, paper_points
 from elf.report.results import all_pairs, dataset_layout, figure_frame, load_rows
@@ -93,7 +93,7 @@ def test_paper_test_values_and_readme_validation_values_match_only_their_split(s
 def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     exp, aggregates, points = setup
     frame = figure_frame(exp, "T1", aggregates)
-    table = registry.template("T1", "table")(TableInputs("T1", "T1", frame, points, exp))
+    table = render.template("T1", "table")(TableInputs("T1", "T1", frame, points, exp))
     md = table.to_markdown()
     assert "| ELF (released checkpoints) [R04_released, R05_released] | – | 26.25 | 36.25 | " \
            "12.25 | 28.25 | test |" in md

@@ -18,7 +18,7 @@ import yaml
 
 from elf.cli import main as elf_main
 from elf import plan
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 from elf.model import ELF, ModelConfig
 from elf.report import cells, config_tables, render, review
 from elf.report.cells import TableInputs

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from elf.cli import main as elf_main
-from elf.config import ConfigError, parse_experiment
+from elf.config import ConfigError
+from elf.validate import parse_experiment
 from elf.schema import SCHEMA_PATH, config_schema, schema_text
 
 ROOT = Path(__file__).resolve().parents[1]

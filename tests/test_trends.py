@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from elf import plan
-from elf.config import ConfigError, parse_experiment
+from elf.config import ConfigError
+from elf.validate import parse_experiment
 from elf.report.trends import FAILS, HOLDS, UNRESOLVED, check_trends, seed_spread_markdown, trends_markdown
 
 

@@ -11,7 +11,7 @@ Reads (never writes):
 - F18: ``<trajectories_root>/<run>/<sampler>.json`` (``elf trajectory``): sequence 0's decoded x̂ at
   each recorded time.
 
-    shown = load_qualitative(exp, "F8", evals_root, trajectories_root)
+    shown = load_qualitative(exp, "F8", registry.needs("F8", "figure"), evals_root, trajectories_root)
     fig, points = draw_examples(shown, paper_values)
 
 Which of the two an id reads is its registry entry's ``needs`` (``samples`` or ``trajectory``).
@@ -27,12 +27,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from elf import plan
+from elf.plan import Needs
 from elf.artifacts.layout import trajectory_path
 from elf.artifacts.names import PER_SAMPLE
 from elf.artifacts.records import read_samples
 from elf.config import Experiment
 from elf.io import read_json, sha256_file
-from elf.report import registry
 from elf.report.plotting import FigureInputs
 from elf.report.results import MissingInputError, figure_pairs
 
@@ -102,10 +102,10 @@ def load_trajectory(exp: Experiment, figure_id: str, trajectories_root: str | Pa
                 files=[{"path": str(path), "sha256": sha256_file(path)}])
 
 
-def load_qualitative(exp: Experiment, figure_id: str, evals_root, trajectories_root) -> dict:
-    """What a qualitative figure reads (by its ``needs``: samples, as F8, or a trajectory, as F18):
-    ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
-    needs = registry.needs(figure_id, "figure")
+def load_qualitative(exp: Experiment, figure_id: str, needs: Needs, evals_root, trajectories_root
+                     ) -> dict:
+    """What a qualitative figure reads (by its registry ``needs``: samples, as F8, or a trajectory, as
+    F18): ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
     if needs.samples:
         if not evals_root:
             raise MissingInputError(f"{figure_id} reads samples and scores: pass --evals-root")

@@ -6,15 +6,13 @@ how to render one. An id it does not list is rendered by the fallback of its kin
 ``generic_table``), so a new id in the config never stops the report. The workflow reads ``needs``
 to declare each figure's inputs (``elf.plan.Dag.figure_files``), so no figure id is spelled in a rule.
 
-Light on purpose: the workflow imports it while parsing, so a template is named here as
-``module.function`` under ``elf.report`` and imported only when drawn (``template``).
+Light on purpose (data only): the workflow imports it while parsing, so a template is named here as
+``module.function`` under ``elf.report`` and imported only when drawn (``elf.report.render.template``).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
-from typing import Callable
 
 from elf.plan import Needs
 
@@ -87,11 +85,4 @@ def needs(figure_id: str, kind: str) -> Needs:
     return entry(figure_id, kind).needs
 
 
-def template(figure_id: str, kind: str) -> Callable:
-    """The drawing function of an id, its options bound (a figure's "Dataset" line where it reads
-    one)."""
-    found = entry(figure_id, kind)
-    module, function = found.template.rsplit(".", 1)
-    draw = getattr(importlib.import_module(f"elf.report.{module}"), function)
-    options = {**found.options, **({"dataset_line": True} if found.needs.dataset_line else {})}
-    return lambda inputs: draw(inputs, **options)
+

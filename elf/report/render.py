@@ -10,8 +10,10 @@ entry needs, draw it with its template, write its files and its provenance sidec
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -46,9 +48,19 @@ class Sources:
         return Path(self.evals)
 
 
+def template(figure_id: str, kind: str) -> Callable:
+    """The drawing function of an id (its registry entry's ``module.function`` under ``elf.report``),
+    its options bound (a figure's "Dataset" line where it reads one)."""
+    found = registry.entry(figure_id, kind)
+    module, function = found.template.rsplit(".", 1)
+    drawing = getattr(importlib.import_module(f"elf.report.{module}"), function)
+    options = {**found.options, **({"dataset_line": True} if found.needs.dataset_line else {})}
+    return lambda inputs: drawing(inputs, **options)
+
+
 def draw(figure_id: str, kind: str, inputs):
     """Draw one figure (``(Figure, plotted numbers)``) or build one table (``Table``) with its template."""
-    return registry.template(figure_id, kind)(inputs)
+    return template(figure_id, kind)(inputs)
 
 
 def render_figure(figure_id: str, inputs: FigureInputs, out_dir: str | Path, pdf: bool = False,
@@ -86,7 +98,7 @@ def render_id(exp: Experiment, figure_id: str, sources: Sources, out: Path, pdf:
     points = paper_points(paper_values)
     scores, shown = {}, {}
     if needs.samples or needs.trajectory:
-        shown = load_qualitative(exp, figure_id, sources.evals, sources.trajectories)
+        shown = load_qualitative(exp, figure_id, needs, sources.evals, sources.trajectories)
     if needs.dataset_line and not frame.empty:
         unconditional = frame[frame["task"] == "unconditional"]
         scores = load_dataset_scores(sources.dataset_scores, unconditional["dataset"])

@@ -36,7 +36,8 @@ from tqdm import tqdm
 
 from elf.artifacts.layout import TRENDS_FILE, review_paths
 from elf.errors import ElfError
-from elf.config import ConfigError, Experiment, parse_experiment
+from elf.config import ConfigError, Experiment
+from elf.validate import parse_experiment
 from elf.io import sha256_file
 
 
