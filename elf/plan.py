@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from elf.artifacts import layout
 from elf.config import Experiment, content_settings, to_dict
 from elf.hub import pretrained_ref
 from elf.plan_index import plan_index as _index
@@ -137,7 +138,7 @@ def group_samplers(exp: Experiment, run: str, group: str) -> list[str]:
 
 
 def eval_dir(evals_root: str | Path, run: str, group: str) -> Path:
-    return Path(evals_root) / run / group
+    return layout.eval_dir(evals_root, run, group)
 
 
 def pair_dir(evals_root, exp: Experiment, run: str, sampler: str) -> Path:
@@ -146,15 +147,15 @@ def pair_dir(evals_root, exp: Experiment, run: str, sampler: str) -> Path:
 
 
 def samples_file(evals_root, exp: Experiment, run: str, sampler: str, seed: int) -> Path:
-    return pair_dir(evals_root, exp, run, sampler) / "samples" / sampler / f"seed{seed}.jsonl"
+    return layout.samples_path(pair_dir(evals_root, exp, run, sampler), sampler, seed)
 
 
 def scores_file(evals_root, exp: Experiment, run: str, sampler: str, seed: int) -> Path:
-    return pair_dir(evals_root, exp, run, sampler) / "scores" / sampler / f"seed{seed}.json"
+    return layout.scores_path(pair_dir(evals_root, exp, run, sampler), sampler, seed)
 
 
 def aggregate_path(evals_root, exp: Experiment, run: str, sampler: str) -> Path:
-    return pair_dir(evals_root, exp, run, sampler) / "aggregates" / f"{sampler}.json"
+    return layout.aggregate_file(pair_dir(evals_root, exp, run, sampler), sampler)
 
 
 def eval_dirs_of(evals_root, exp: Experiment, pairs) -> list[str]:
@@ -224,6 +225,9 @@ class Dag:
         self.tokenizer = self.built_or_name(exp.tokenizer, f"{self.R}/models/tokenizer")
         self.scorer = f"{self.R}/models/scorer"
         self.experiment_file = f"{self.R}/experiment.json"
+        # the wildcard patterns of the rules that write stores and token ids (embed.smk, data.smk)
+        self.store_pattern = layout.store_path(self.R, "{dataset}", "{embedding}", "{split}")
+        self.tokens_pattern = layout.tokens_dir(self.R, "{dataset}")
         self.upstream = set(upstream_runs(exp))
         self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
         self._costs: dict[str, float] | None = None
@@ -245,7 +249,7 @@ class Dag:
 
     def encoder_tokens(self, w) -> str:
         """The packed tokens a built encoder learns from (its `dataset`)."""
-        return f"{self.R}/data/{self.exp.encoders[w.encoder].dataset}/tokens"
+        return layout.tokens_dir(self.R, self.exp.encoders[w.encoder].dataset)
 
     def embedding_encoder(self, embedding: str) -> str:
         settings = self.exp.embeddings[embedding]
@@ -276,7 +280,7 @@ class Dag:
         return _alternatives(n for n, data in self.exp.datasets.items() if data.embed_shards > 1)
 
     def embed_store(self, w) -> str:
-        return f"{self.R}/embeddings/{w.dataset}/{w.embedding}/{w.split}.zarr"
+        return layout.store_path(self.R, w.dataset, w.embedding, w.split)
 
     def embed_shard_markers(self, w) -> list[str]:
         """The done markers of the n shard jobs of one sharded store (n = the dataset's embed_shards)."""
@@ -326,8 +330,8 @@ class Dag:
         run = self.exp.run(w.run)
         embedding = self.exp.embeddings[run.embedding]
         if embedding.cache:
-            return {"store": f"{self.R}/embeddings/{run.dataset}/{run.embedding}/train.zarr"}
-        inputs = {"tokens": f"{self.R}/data/{run.dataset}/tokens"}
+            return {"store": layout.store_path(self.R, run.dataset, run.embedding, "train")}
+        inputs = {"tokens": layout.tokens_dir(self.R, run.dataset)}
         if self.exp.encoders[embedding.encoder].source == "build":
             inputs["encoder"] = self.encoder_path(embedding.encoder)
         return inputs
@@ -338,13 +342,13 @@ class Dag:
         return f"--tokens {input.tokens} --encoder {self.embedding_encoder(self.exp.run(w.run).embedding)}"
 
     def run_dir(self, run: str) -> str:
-        return f"{self.R}/runs/{run}"
+        return str(layout.run_dir(layout.runs_root(self.R), run))
 
     def distill_inputs(self, w) -> dict[str, str]:
         """A round's train store, its teacher's EMA weights and those of the run that initialises the
         student (`init_from`, else the teacher)."""
         run = self.exp.run(w.run)
-        return dict(store=f"{self.R}/embeddings/{run.dataset}/{run.embedding}/train.zarr",
+        return dict(store=layout.store_path(self.R, run.dataset, run.embedding, "train"),
                     teacher=f"{self.run_dir(run.teacher)}/ema.safetensors",
                     init=f"{self.run_dir(run.init_from or run.teacher)}/ema.safetensors")
 
@@ -361,7 +365,7 @@ class Dag:
     def decoder_store(self, name: str) -> str:
         """The train-split embedding store a separate decoder learns from."""
         dec = self.exp.decoders[name]
-        return f"{self.R}/embeddings/{dec.dataset}/{dec.embedding}/train.zarr"
+        return layout.store_path(self.R, dec.dataset, dec.embedding, "train")
 
     def decoder_settings_json(self, name: str) -> str:
         dec = self.exp.decoders[name]
@@ -389,15 +393,16 @@ class Dag:
     def eval_data_root(self, run: str) -> str:
         """The folder of a run's embedding stores (its conditional samplers read <split>.zarr there)."""
         settings = self.exp.run(run)
-        return f"{self.R}/embeddings/{settings.dataset}/{settings.embedding}"
+        return layout.stores_dir(self.R, settings.dataset, settings.embedding)
 
     def eval_data_inputs(self, w) -> dict:
         """A conditional group's evaluation stores (one per split its samplers use) and token data."""
         if self.task_of(w.run) == "unconditional":
             return {}
         splits = sorted({self.eval_split(s) for s in group_samplers(self.exp, w.run, w.group)})
-        return dict(stores=[f"{self.eval_data_root(w.run)}/{split}.zarr" for split in splits],
-                    tokens=f"{self.R}/data/{self.exp.run(w.run).dataset}/tokens")
+        run = self.exp.run(w.run)
+        return dict(stores=[layout.store_path(self.R, run.dataset, run.embedding, split) for split in splits],
+                    tokens=layout.tokens_dir(self.R, run.dataset))
 
     def scorer_input(self, w) -> list[str]:
         return [self.scorer] if self.task_of(w.run) == "unconditional" else []
@@ -415,7 +420,7 @@ class Dag:
                              precision=self.exp.precision, samplers=samplers))
 
     def eval_dirs(self, pairs) -> list[str]:
-        return eval_dirs_of(f"{self.R}/evals", self.exp, pairs)
+        return eval_dirs_of(layout.evals_root(self.R), self.exp, pairs)
 
     # ---- figures, tables, the review ----
 

@@ -56,8 +56,36 @@ def scores_path(folder: str | Path, sampler: str, seed: int) -> Path:
 
 
 # --------------------------------------------------------------------------------------------------
-# Runs, reference scores and trajectories under their roots
+# Data, stores, runs, evaluation folders, reference scores and trajectories under the results root
 # --------------------------------------------------------------------------------------------------
+
+def tokens_dir(results: str | Path, dataset: str) -> str:
+    """A dataset's packed token ids (``elf prepare --out``)."""
+    return f"{results}/data/{dataset}/tokens"
+
+
+def stores_dir(results: str | Path, dataset: str, embedding: str) -> str:
+    """The folder of a dataset's embedding stores under one embedding, a store per split."""
+    return f"{results}/embeddings/{dataset}/{embedding}"
+
+
+def store_path(results: str | Path, dataset: str, embedding: str, split: str) -> str:
+    """One split's embedding store (``elf embed --out``); with ``{wildcards}`` a rule's pattern."""
+    return f"{stores_dir(results, dataset, embedding)}/{split}.zarr"
+
+
+def runs_root(results: str | Path) -> str:
+    return f"{results}/runs"
+
+
+def evals_root(results: str | Path) -> str:
+    return f"{results}/evals"
+
+
+def eval_dir(evals: str | Path, run: str, group: str) -> Path:
+    """One evaluation job's folder (``elf evaluate --out-dir``): every sampler of its group."""
+    return Path(evals) / run / group
+
 
 def run_dir(runs_root: str | Path, run: str) -> Path:
     return Path(runs_root) / run

@@ -45,7 +45,7 @@ rule prepare:
         tok=PLAN.tokenizer_input,
         corpora=lambda w: PLAN.corpora_input(w.dataset),
     output:
-        directory(f"{R}/data/{{dataset}}/tokens"),
+        directory(PLAN.tokens_pattern),
     threads: lambda w: EXP.datasets[w.dataset].prepare_shards
     params:
         settings=lambda w: PLAN.as_json(PLAN.dataset_settings(w.dataset)),

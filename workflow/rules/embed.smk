@@ -14,10 +14,10 @@ rule embed:
         ENV
     input:
         code("embed"),
-        tokens=f"{R}/data/{{dataset}}/tokens",
+        tokens=PLAN.tokens_pattern,
         encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
-        directory(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr"),
+        directory(PLAN.store_pattern),
     params:
         threads=torch_threads,
         settings=lambda w: PLAN.as_json(EXP.embeddings[w.embedding]),
@@ -38,10 +38,10 @@ rule embed_shard:
         ENV
     input:
         code("embed"),
-        tokens=f"{R}/data/{{dataset}}/tokens",
+        tokens=PLAN.tokens_pattern,
         encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
-        temp(touch(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr.shards/{{k}}of{{n}}.done")),
+        temp(touch(PLAN.store_pattern + ".shards/{k}of{n}.done")),
     wildcard_constraints:
         dataset=PLAN.sharded_datasets(),
         split="train",
@@ -69,7 +69,7 @@ rule embed_gather:
         code("embed"),
         shards=PLAN.embed_shard_markers,
     output:
-        directory(f"{R}/embeddings/{{dataset}}/{{embedding}}/{{split}}.zarr"),
+        directory(PLAN.store_pattern),
     wildcard_constraints:
         dataset=PLAN.sharded_datasets(),
         split="train",

@@ -10,7 +10,7 @@ rule score_dataset:
     input:
         code("score"),
         tok=PLAN.tokenizer_input,
-        tokens=f"{R}/data/{{dataset}}/tokens",
+        tokens=PLAN.tokens_pattern,
         scorer=PLAN.scorer,
     output:
         f"{R}/scores/_dataset/{{dataset}}.json",
