@@ -5,7 +5,11 @@ No file I/O here; ``elf/stages/encoder.py`` reads the tokenizer and packed token
 - ``build_t5`` / ``train_span_corruption`` / ``train_encoder``: the embedded default trains a small T5 here
   with T5's span-corruption objective, then keeps its encoder (``T5EncoderModel``), which is saved with
   ``save_pretrained`` so that ``T5EncoderModel.from_pretrained(folder)`` loads it exactly as
-  ``from_pretrained("t5-small")`` loads the paper's encoder on a cluster.
+  ``from_pretrained("t5-small")`` loads the paper's encoder on a cluster. Training (paper R06) streams
+  batches of token rows in epochs (a ``ShuffledBatches`` over the token dataset: a seeded permutation
+  per epoch, each row once), follows the paper's schedule (``encoder_lr``: linear warm-up, then cosine
+  decay), runs on the caller's device under the precision policy (``elf.precision``), and hands a
+  resumable state to the caller every ``checkpoint_every`` steps (the stage writes it).
 - ``load_encoder`` / ``check_pairing``: load a frozen encoder by name or path; refuse a tokenizer that does not
   belong to it.
 - ``encoder_mask_4d``: the per-query (2-D) attention mask of conditional encoding, in the 4-D additive form
@@ -22,13 +26,16 @@ never produced by the tokenizer.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+import math
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import T5Config, T5EncoderModel, T5ForConditionalGeneration
 
 from elf.config import EncoderSettings
+from elf.precision import network_autocast
 
 PAD_ID = 0
 EOS_ID = 1
@@ -108,17 +115,17 @@ def _noise_span_mask(n_tokens: int, noise_density: float, mean_span: float, max_
 
 def _corrupt_row(tokens: torch.Tensor, noise: torch.Tensor, sentinels: Sequence[int]
                  ) -> tuple[list[int], list[int]]:
-    """Encoder input (kept tokens, one sentinel per noise span) and labels (sentinel + span, ..., EOS)."""
-    inputs, labels, span = [], [], -1
-    noise = noise.tolist()
-    for i, token in enumerate(tokens.tolist()):
-        if noise[i] and (i == 0 or not noise[i - 1]):  # a span starts
-            span += 1
-            inputs.append(sentinels[span])
-            labels.append(sentinels[span])
-        (labels if noise[i] else inputs).append(token)
-    labels.append(EOS_ID)
-    return inputs, labels
+    """Encoder input (kept tokens, one sentinel per noise span) and labels (sentinel + span, ..., EOS).
+
+    Vectorised: position i contributes two slots, [sentinel of its span if a span starts at i, its
+    token]; the input keeps the token where it is not noise, the labels where it is."""
+    tokens, noise = tokens.numpy(), noise.numpy()
+    starts = noise & ~np.concatenate([[False], noise[:-1]])
+    span_sentinel = np.asarray(sentinels, dtype=tokens.dtype)[np.cumsum(starts) - 1]  # used at starts only
+    slots = np.stack([span_sentinel, tokens], axis=1).ravel()
+    inputs = slots[np.stack([starts, ~noise], axis=1).ravel()]
+    labels = slots[np.stack([starts, noise], axis=1).ravel()]
+    return inputs.tolist(), labels.tolist() + [EOS_ID]
 
 
 def span_corruption(input_ids: torch.Tensor, attention_mask: torch.Tensor, generator: torch.Generator,
@@ -166,45 +173,104 @@ def _check_special_ids(tokenizer) -> None:
                          f"eos id {tokenizer.eos_token_id}; the T5 conventions need pad {PAD_ID}, eos {EOS_ID}")
 
 
-def train_span_corruption(settings: EncoderSettings, tokenizer, train_input_ids: torch.Tensor,
-                          attention_mask: torch.Tensor, progress: bool = True,
-                          n_sentinels: int = N_SENTINELS) -> tuple[T5ForConditionalGeneration, list[float]]:
-    """Train ``build_t5`` on span corruption of ``train_input_ids`` (N, L) with AdamW (constant
-    ``settings.lr``, no weight decay, grad-norm clip 1.0), CPU fp32. Each step draws ``settings.batch_size``
-    rows uniformly with replacement. Everything random (init, rows, spans) follows ``settings.seed``.
-    Returns the whole T5 and the per-step losses."""
+def encoder_lr(step: int, settings: EncoderSettings) -> float:
+    """Learning rate of optimiser step ``step`` (1 = the first; paper R06: cosine with a 0.4-epoch
+    warm-up). With i = step − 1, w = ``warmup_steps``, S = ``steps``: ``lr·i/w`` while i < w, then
+    ``lr·½(1 + cos(π(i − w)/(S − w)))`` — transformers' ``get_cosine_schedule_with_warmup`` read before
+    its i-th ``scheduler.step()``, as ``elf.train.optim.lr_at`` reads the warm-up (with a warm-up,
+    step 1 runs at lr 0)."""
+    if not 1 <= step <= settings.steps:
+        raise ValueError(f"encoder optimiser steps count 1..{settings.steps}, got {step}")
+    if settings.warmup_steps >= settings.steps:
+        raise ValueError(f"encoder warmup_steps {settings.warmup_steps} must be fewer than its steps "
+                         f"{settings.steps}")
+    i, w = step - 1, settings.warmup_steps
+    if i < w:
+        return settings.lr * i / w
+    return settings.lr * 0.5 * (1.0 + math.cos(math.pi * (i - w) / (settings.steps - w)))
+
+
+def train_span_corruption(settings: EncoderSettings, tokenizer, batches, *, device: torch.device | str = "cpu",
+                          precision: str = "fp32", progress: bool = True, resume: dict | None = None,
+                          save_state: Callable[[dict], None] | None = None,
+                          crash_after_step: int | None = None, n_sentinels: int = N_SENTINELS
+                          ) -> tuple[T5ForConditionalGeneration, list[float]]:
+    """Train ``build_t5`` for ``settings.steps`` steps on span corruption of ``batches``.
+
+    ``batches``: an endless, resumable iterator of ``{"input_ids", "attention_mask"}`` (B, L) CPU
+    tensors with ``state_dict`` / ``load_state_dict`` (``elf.embed.reader.ShuffledBatches``: every row
+    once per epoch, in a seeded order). AdamW (no weight decay), lr per step from ``encoder_lr``,
+    grad-norm clip 1.0, the forward under ``network_autocast(device, precision)``. Init and spans follow
+    ``settings.seed``. Every ``checkpoint_every`` steps (not after the last) ``save_state(state)`` gets
+    the CPU state (step, weights, optimiser, data position, span generator, losses); passing such a
+    state as ``resume`` continues exactly where it was taken. ``crash_after_step`` raises
+    ``CrashForTest`` (tests). Returns the whole T5 (eval mode, on ``device``) and the per-step losses."""
+    from elf.device import to_cpu
+    from elf.train.loop import CrashForTest
+
     _check_special_ids(tokenizer)
+    encoder_lr(settings.steps, settings)  # refuse a warm-up as long as the run before building anything
+    device = torch.device(device)
     vocab_size = len(tokenizer)
     sentinels = sentinel_ids(vocab_size, n_sentinels)
     with torch.random.fork_rng(devices=[]):  # HF initialises from the global RNG
         torch.manual_seed(settings.seed)
         model = build_t5(settings, vocab_size + n_sentinels)
-    generator = torch.Generator().manual_seed(settings.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
-    input_ids, attention_mask = train_input_ids.long(), attention_mask.long()
+    model.to(device)
+    generator = torch.Generator().manual_seed(settings.seed)  # span draws, on the CPU
+    optimizer = torch.optim.AdamW(model.parameters(), lr=encoder_lr(1, settings), weight_decay=0.0)
+    step, losses = 0, []
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        batches.load_state_dict(resume["data"])
+        generator.set_state(resume["generator"])
+        step, losses = int(resume["step"]), resume["losses"].tolist()
+    autocast = network_autocast(device, precision)
     model.train()
-    losses: list[float] = []
-    bar = tqdm(range(settings.steps), desc="encoder span corruption", disable=not progress)
-    for _ in bar:
-        rows = torch.randint(0, len(input_ids), (settings.batch_size,), generator=generator)
-        encoder_ids, labels = span_corruption(input_ids[rows], attention_mask[rows], generator,
+    data = iter(batches)
+    pending: list[torch.Tensor] = []  # losses still on the device: read in groups, not every step
+
+    def flush() -> None:
+        losses.extend(torch.stack(pending).float().cpu().tolist() if pending else [])
+        pending.clear()
+
+    bar = tqdm(total=settings.steps, initial=step, desc="encoder span corruption", disable=not progress)
+    while step < settings.steps:
+        batch = next(data)
+        encoder_ids, labels = span_corruption(batch["input_ids"], batch["attention_mask"], generator,
                                               sentinel_ids=sentinels)
-        loss = model(input_ids=encoder_ids, attention_mask=(encoder_ids != PAD_ID).long(),
-                     labels=labels).loss
+        encoder_ids, labels = encoder_ids.to(device), labels.to(device)
+        step += 1
+        for group in optimizer.param_groups:
+            group["lr"] = encoder_lr(step, settings)
+        with autocast:
+            loss = model(input_ids=encoder_ids, attention_mask=(encoder_ids != PAD_ID).long(),
+                         labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        pending.append(loss.detach())
+        bar.update(1)
+        if len(pending) >= 50 or step == settings.steps:
+            flush()
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if save_state is not None and step % settings.checkpoint_every == 0 and step < settings.steps:
+            flush()
+            save_state(to_cpu(dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                                   data=batches.state_dict(), generator=generator.get_state(),
+                                   losses=torch.tensor(losses, dtype=torch.float64))))
+        if crash_after_step is not None and step == crash_after_step:
+            raise CrashForTest(f"simulated crash after encoder step {step}")
+    bar.close()
     return model.eval(), losses
 
 
-def train_encoder(settings: EncoderSettings, tokenizer, train_input_ids: torch.Tensor,
-                  attention_mask: torch.Tensor, progress: bool = True) -> T5EncoderModel:
-    """Span-corruption training (``train_span_corruption``), then the trained encoder part."""
-    model, _ = train_span_corruption(settings, tokenizer, train_input_ids, attention_mask, progress)
-    return encoder_part(model)
+def train_encoder(settings: EncoderSettings, tokenizer, batches, **kwargs) -> T5EncoderModel:
+    """Span-corruption training (``train_span_corruption``, same keywords), then the trained encoder part."""
+    model, _ = train_span_corruption(settings, tokenizer, batches, **kwargs)
+    return encoder_part(model.cpu())
 
 
 # --------------------------------------------------------------------------------------------------
