@@ -70,7 +70,8 @@ def batches_of(ids: torch.Tensor, mask: torch.Tensor, settings: EncoderSettings 
     columns = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
                "cond_seq_mask": np.zeros_like(ids.numpy())}
     return ShuffledBatches(OnTheFlySource(columns, None, dim=settings.d_model), settings.batch_size,
-                           seed=settings.seed, prefetch=0)
+                           seed=settings.seed, prefetch=0,
+                           transform=enc.SpanCorruptor(settings.seed, enc.sentinel_ids(len(WORDS) + 3)))
 
 
 @pytest.fixture(scope="module")

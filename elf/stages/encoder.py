@@ -11,7 +11,7 @@ with ``elf.embed.encoder.load_encoder(out)`` — the same call that loads ``t5-s
 other training stages train: on ``--device`` (``auto``: CUDA when available) under ``--precision``
 (``elf.precision``), streaming token rows from the memory-mapped train split in epochs (``ShuffledBatches``:
 a seeded permutation per epoch, each row once; memory independent of the number of rows apart from the
-permutation, 8 bytes a row), with the paper's schedule (linear warm-up, cosine decay). Every
+permutation, 8 bytes a row), span-corrupted in the batches' prefetch thread beside the training step, with the paper's schedule (linear warm-up, cosine decay). Every
 ``checkpoint_every`` steps it writes ``<out>.partial/resume/state.pt`` (``elf.train.checkpoint``: replaced
 in one rename, an unreadable one skipped), so a rerun of a killed job continues with the same weights;
 a state made for other settings, tokens or precision is ignored. ``source: pretrained`` loads
@@ -62,10 +62,11 @@ def _load_tokenizer(path: str):
         raise ElfError(f"--tokenizer {path!r} could not be loaded: {err}") from err
 
 
-def train_batches(path: str | None, settings: EncoderSettings):
-    """The train split's token rows in shuffled, resumable batches (``ShuffledBatches`` over the
-    memory-mapped split: nothing is loaded whole)."""
+def train_batches(path: str | None, settings: EncoderSettings, vocab_size: int):
+    """The train split's token rows in shuffled, resumable, span-corrupted batches (``ShuffledBatches``
+    over the memory-mapped split, nothing loaded whole; ``SpanCorruptor`` in its prefetch thread)."""
     from elf.embed.arrays import StoreError, TokenArrays
+    from elf.embed.encoder import SpanCorruptor, sentinel_ids
     from elf.embed.reader import OnTheFlySource, ShuffledBatches
 
     if path is None:
@@ -76,7 +77,8 @@ def train_batches(path: str | None, settings: EncoderSettings):
         raise ElfError(f"--tokens {path!r}: {err}") from err
     try:
         return ShuffledBatches(OnTheFlySource(rows, None, dim=settings.d_model), settings.batch_size,
-                               seed=settings.seed), rows
+                               seed=settings.seed,
+                               transform=SpanCorruptor(settings.seed, sentinel_ids(vocab_size))), rows
     except ValueError as err:
         raise ElfError(f"--tokens {path!r}: train split: {err}") from err
 
@@ -129,7 +131,7 @@ def _build(settings: EncoderSettings, tokenizer, tokens: str | None, staging: Pa
     device = resolve_device(device_name)
     if device.type not in ("cpu", "cuda"):
         raise ElfError(f"--device {device_name}: the encoder trains on cpu or cuda, not {device.type}")
-    batches, rows = train_batches(tokens, settings)
+    batches, rows = train_batches(tokens, settings, len(tokenizer))
     run_hash = sha256_json({"settings": to_dict(settings), "tokens": rows.fingerprint(),
                             "vocab": len(tokenizer), "precision": precision})
     state = load_resume(staging)
