@@ -6,15 +6,18 @@ as the DAG does (``elf <stage>`` in its own process, one torch thread; the reade
 ``ShuffledBatches`` as ``elf train`` uses it), and samples that process tree's resident memory every
 20 ms from /proc: ``anon`` (RssAnon: heap, tensors; what a stage holds) and ``rss`` (VmRSS, also
 counting the pages of memory-mapped files, which the kernel may drop). It prints one row per stage and
-size (peak anon / rss MB, wall s, work s = wall minus the import floor of an ``elf`` process that does
-nothing, units of data, units per work second), then per stage the growth exponents (log-log slopes
-over the three sizes: peak anon memory, and work time), and the extrapolation to the paper's sizes
-(``PAPER`` below): single-core CPU-hours here, and node-hours under slurm/config.yaml's resources for
-the stages that run on CPU there. Stages whose cost at paper scale is the GPU model's (embed, encoder,
-sample, score) are extrapolated for their data path only; the table says which.
+size (peak anon / rss MB, wall s, units of data), then per stage the growth of peak anon memory (largest
+/ smallest size, and the log-log slope) and of time (the exponent k of wall = a + b * size^k from the
+increments between the three geometric sizes, so the fixed start-up cost a drops out), and the
+extrapolation to the paper's sizes (``PAPER`` below) at the marginal rate of the two largest sizes:
+single-core CPU-hours here, and node-hours under slurm/config.yaml's job cores for the stages that run
+on CPU there. Stages whose cost at paper scale is the GPU model's (embed, encoder, sample, score) are
+extrapolated for their data path only (the encoder: its span corruption, one core); the table says which.
+The report/review stage is not here: it reads the aggregates (one small JSON per (run, sampler), a
+count the config fixes), not data that grows with the datasets.
 
-A streaming stage shows an anon-memory exponent near 0 (flat within 10 %) and a work-time exponent near
-1 (0 at a fixed step count). The tiny models (T5 of width 32, ELF of width 32, GPT-2 of width 32) make
+A streaming stage shows peak anon memory flat within 10 % and a time exponent near 1 (the reader and
+the encoder run a fixed step count: no growth). The tiny models (T5 of width 32, ELF of width 32, GPT-2 of width 32) make
 the data path, not the network, the measured cost.
 
     python benchmarks/scaling.py                        # base 150 documents: about 10 min on 2 cores
