@@ -4,8 +4,8 @@ For each stage (prepare, embed, the training reader at a fixed step count, R06's
 count, sample, score, aggregate) it builds generated inputs at 1x, 4x and 16x a base size, runs the stage
 as the DAG does (``elf <stage>`` in its own process, one torch thread; the reader through
 ``ShuffledBatches`` as ``elf train`` uses it), and samples that process tree's resident memory every
-20 ms from /proc: ``anon`` (RssAnon: heap, tensors; what a stage holds) and ``rss`` (VmRSS, also
-counting the pages of memory-mapped files, which the kernel may drop). It prints one row per stage and
+20 ms from /proc (``_memory_kb``): ``anon`` (Pss_Anon: heap, tensors; what a stage holds) and ``rss``
+(Pss, also counting the pages of memory-mapped files, which the kernel may drop). It prints one row per stage and
 size (peak anon / rss MB, wall s, units of data), then per stage the growth of peak anon memory (largest
 / smallest size, and the log-log slope) and of time (the exponent k of wall = a + b * size^k from the
 increments between the three geometric sizes, so the fixed start-up cost a drops out), and the
@@ -20,7 +20,7 @@ A streaming stage shows peak anon memory flat within 10 % and a time exponent ne
 the encoder run a fixed step count: no growth). The tiny models (T5 of width 32, ELF of width 32, GPT-2 of width 32) make
 the data path, not the network, the measured cost.
 
-    python benchmarks/scaling.py                        # base 150 documents: about 10 min on 2 cores
+    python benchmarks/scaling.py                        # about 10 min on 2 idle cores
     python benchmarks/scaling.py --base-docs 200 --sizes 1 4 --stages prepare embed   # a quick look
     python benchmarks/scaling.py --json results.json    # also write the rows
 """
@@ -51,7 +51,7 @@ PAPER_D, PAPER_L = 512, 1024
 PAPER = {  # stage: (paper units, what they are, Slurm job cores (slurm/config.yaml), runs on)
     "prepare": (OWT_TOKENS, "OWT tokens", 8, "cpu"),
     "embed": (OWT_TOKENS, "OWT tokens", 8, "gpu"),
-    "reader": (95000 * 512 * PAPER_L * (2 * PAPER_D + 6), "bytes of R01's 95K steps x 512 rows", 32, "gpu"),
+    "reader": (95000 * 512, "rows of R01's 95K steps x 512 (each read alone: one 1 MB chunk)", 32, "gpu"),
     "encoder": (95000, "R06 steps of 512 x 1024 tokens (span corruption on the CPU)", 8, "gpu"),
     "sample": (6 * 1000 * PAPER_L, "tokens of 1000 samples x 6 seeds, one (run, sampler)", 8, "gpu"),
     "score": (6 * 1000, "samples (6 seeds x 1000)", 8, "gpu"),
@@ -78,18 +78,26 @@ def _tree(pid: int) -> list[int]:
 
 
 def _memory_kb(pids: list[int]) -> tuple[int, int]:
-    anon = rss = 0
+    """Proportional anon and total resident memory (Pss_Anon, Pss) of the processes, each address
+    space once: a child between vfork and exec (``code_version`` runs git) shares its parent's, and
+    a forked worker's copy-on-write pages are split between the two (PSS), so neither counts twice."""
+    anon = total = 0
+    seen = set()
     for p in pids:
         try:
-            with open(f"/proc/{p}/status") as fh:
-                for line in fh:
-                    if line.startswith("RssAnon:"):
-                        anon += int(line.split()[1])
-                    elif line.startswith("VmRSS:"):
-                        rss += int(line.split()[1])
-        except OSError:
+            with open(f"/proc/{p}/smaps_rollup") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line and not line[0].isdigit())
+            with open(f"/proc/{p}/stat") as fh:
+                vsize = fh.read().rsplit(")", 1)[1].split()[20]
+        except (OSError, IndexError):
             continue
-    return anon, rss
+        space = (vsize, fields.get("Rss"))
+        if space in seen:
+            continue
+        seen.add(space)
+        anon += int(fields.get("Pss_Anon", "0 kB").split()[0])
+        total += int(fields.get("Pss", "0 kB").split()[0])
+    return anon, total
 
 
 def measure(cmd: list[str]) -> dict:
@@ -99,10 +107,15 @@ def measure(cmd: list[str]) -> dict:
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak_anon = peak_rss = 0
-    while proc.poll() is None:
-        anon, rss = _memory_kb(_tree(proc.pid))
-        peak_anon, peak_rss = max(peak_anon, anon), max(peak_rss, rss)
-        time.sleep(0.02)
+    try:
+        while proc.poll() is None:
+            anon, rss = _memory_kb(_tree(proc.pid))
+            peak_anon, peak_rss = max(peak_anon, anon), max(peak_rss, rss)
+            time.sleep(0.02)
+    finally:  # interrupted (Ctrl-C): the stage does not run on alone
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     wall = time.perf_counter() - start
     output = proc.stdout.read()
     if proc.returncode:
@@ -202,7 +215,7 @@ def run_size(stages: tuple[str, ...], work: Path, models: dict, scale: int, base
         if "embed" not in stages:
             measure(embed)
     record("reader", [sys.executable, str(Path(__file__).resolve()), "--reader-probe", str(store)],
-           READER_STEPS * READER_BATCH * L * (2 * ENC_D + 6))
+           READER_STEPS * READER_BATCH)
     encoder = dict(d_model=ENC_D, layers=1, heads=2, d_ff=64, steps=ENCODER_STEPS, batch_size=ENCODER_BATCH,
                    warmup_steps=2, checkpoint_every=5)
     record("encoder", elf("encoder", "--settings", json.dumps(encoder), "--tokenizer", str(models["tokenizer"]),
@@ -329,8 +342,10 @@ def report(rows: list[dict], corruption_s: float) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base-docs", type=int, default=150, help="documents of the 1x corpus (~150 words each)")
-    p.add_argument("--base-samples", type=int, default=16, help="samples per seed at 1x")
+    p.add_argument("--base-docs", type=int, default=1000,
+                   help="documents of the 1x corpus (~150 words each; at least prepare's batch of 1000 documents: memory then grows no more)")
+    p.add_argument("--base-samples", type=int, default=64,
+                   help="samples per seed at 1x (at least the score batch, 64: memory then grows no more)")
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])
     p.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     p.add_argument("--json", help="write the rows here")

@@ -1,0 +1,42 @@
+"""The arithmetic and the memory probe of benchmarks/scaling.py (the benchmark itself is run by hand)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from benchmarks import scaling
+
+
+@pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
+def test_the_time_exponent_ignores_a_fixed_start_up_cost(k):
+    walls = [7.0 + 3.0 * s ** k for s in (1, 4, 16)]  # wall = a + b * size^k
+    assert scaling.increment_exponent([1, 4, 16], walls) == pytest.approx(k)
+
+
+def test_a_cost_that_does_not_grow_has_no_exponent():
+    assert scaling.increment_exponent([1, 4, 16], [5.0, 5.0, 5.2]) is None
+    assert scaling.increment_exponent([1, 2, 3], [1.0, 2.0, 3.0]) is None  # not geometric sizes
+
+
+def test_slope_and_marginal_rate():
+    assert scaling.slope([1, 4, 16], [3.0, 12.0, 48.0]) == pytest.approx(1.0)
+    assert scaling.slope([1, 4, 16], [100.0, 100.0, 100.0]) == pytest.approx(0.0)
+    rows = [dict(units=40, wall_s=9.0), dict(units=160, wall_s=21.0)]
+    assert scaling.marginal_rate(rows) == pytest.approx(10.0)  # 120 units in 12 more seconds
+
+
+def test_memory_probe_sees_an_allocation_once():
+    before, _ = scaling._memory_kb([os.getpid()])
+    block = bytearray(64 << 20)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page
+    after, total = scaling._memory_kb([os.getpid(), os.getpid()])  # the same address space twice
+    assert 60 << 10 < after - before < 80 << 10 and total >= after
+    del block
+
+
+def test_measure_reports_a_childs_peak():
+    result = scaling.measure([sys.executable, "-c", "b = bytearray(200 << 20); b[::4096] = b'x' * (51200)"])
+    assert result["anon_mb"] > 190 and result["wall_s"] > 0
