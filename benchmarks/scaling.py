@@ -9,8 +9,8 @@ as the DAG does (``elf <stage>`` in its own process, one torch thread; the reade
 size (peak anon / rss MB, wall s, units of data), then per stage the growth of peak anon memory (largest
 / smallest size, and the log-log slope) and of time (the exponent k of wall = a + b * size^k from the
 increments between the three geometric sizes, so the fixed start-up cost a drops out), and the
-extrapolation to the paper's sizes (``PAPER`` below) at the marginal rate of the two largest sizes:
-single-core CPU-hours here, and node-hours under slurm/config.yaml's job cores for the stages that run
+extrapolation to the paper's sizes (``PAPER`` below) at the largest size's rate (units per wall second,
+start-up included: an upper bound): single-core CPU-hours here, and node-hours under slurm/config.yaml's job cores for the stages that run
 on CPU there. Stages whose cost at paper scale is the GPU model's (embed, encoder, sample, score) are
 extrapolated for their data path only (the encoder: its span corruption, one core); the table says which.
 The report/review stage is not here: it reads the aggregates (one small JSON per (run, sampler), a
@@ -301,12 +301,6 @@ def increment_exponent(scales: list[int], walls: list[float]) -> float | None:
     return math.log((w2 - w1) / (w1 - w0)) / math.log(s1 / s0)
 
 
-def marginal_rate(rows: list[dict]) -> float:
-    """Units per second of the work a larger input adds (the two largest sizes: no fixed cost)."""
-    a, b = rows[-2], rows[-1]
-    return (b["units"] - a["units"]) / max(b["wall_s"] - a["wall_s"], 1e-3)
-
-
 def report(rows: list[dict], corruption_s: float) -> str:
     lines = ["| stage | size | peak anon MB | peak rss MB | wall s | units |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -314,7 +308,7 @@ def report(rows: list[dict], corruption_s: float) -> str:
         lines.append(f"| {r['stage']} | {r['scale']}x | {r['anon_mb']:.0f} | {r['rss_mb']:.0f} | "
                      f"{r['wall_s']:.1f} | {r['units']:,.0f} |")
     lines += ["", "| stage | peak anon largest / smallest | anon exponent | time exponent | paper size | "
-              "CPU-hours here (1 core) | node-hours (job cores) | runs on |",
+              "CPU-hours here (1 core, at most) | node-hours (job cores) | runs on |",
               "|---|---:|---:|---:|---|---:|---:|---|"]
     for stage in STAGES:
         mine = sorted((r for r in rows if r["stage"] == stage), key=lambda r: r["scale"])
@@ -325,12 +319,9 @@ def report(rows: list[dict], corruption_s: float) -> str:
         time_exp = increment_exponent(scales, [r["wall_s"] for r in mine])
         units, what, cores, where = PAPER[stage]
         fixed = mine[0]["units"] == mine[-1]["units"]  # a fixed step count: the cost of one run
-        if stage == "encoder":
-            cpu_h = units * corruption_s / 3600
-        elif fixed:
-            cpu_h = units / (mine[-1]["units"] / mine[-1]["wall_s"]) / 3600
-        else:
-            cpu_h = units / marginal_rate(mine) / 3600
+        # the largest size's units per wall second: start-up included, so an upper bound on the time
+        rate = mine[-1]["units"] / mine[-1]["wall_s"]
+        cpu_h = (units * corruption_s if stage == "encoder" else units / rate) / 3600
         node_h = f"{cpu_h / cores:,.2f} ({cores} cores)" if where == "cpu" else "GPU job"
         texp = "fixed steps" if fixed else ("no growth" if time_exp is None else f"{time_exp:+.2f}")
         lines.append(f"| {stage} | {mine[-1]['anon_mb'] / mine[0]['anon_mb']:.2f} | {mem_exp:+.2f} | {texp} | "

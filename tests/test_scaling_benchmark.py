@@ -21,11 +21,18 @@ def test_a_cost_that_does_not_grow_has_no_exponent():
     assert scaling.increment_exponent([1, 2, 3], [1.0, 2.0, 3.0]) is None  # not geometric sizes
 
 
-def test_slope_and_marginal_rate():
+def test_slope():
     assert scaling.slope([1, 4, 16], [3.0, 12.0, 48.0]) == pytest.approx(1.0)
     assert scaling.slope([1, 4, 16], [100.0, 100.0, 100.0]) == pytest.approx(0.0)
-    rows = [dict(units=40, wall_s=9.0), dict(units=160, wall_s=21.0)]
-    assert scaling.marginal_rate(rows) == pytest.approx(10.0)  # 120 units in 12 more seconds
+
+
+def test_report_extrapolates_at_the_largest_sizes_rate():
+    rows = [dict(stage="prepare", scale=s, units=1e6 * s, wall_s=10.0 + s, anon_mb=300.0, rss_mb=320.0)
+            for s in (1, 4, 16)]
+    table = scaling.report(rows, corruption_s=0.1)
+    hours = 9.04e9 / (16e6 / 26.0) / 3600  # OWT tokens at 16e6 tokens in 26 s
+    assert "| prepare | 1.00 | +0.00 | +1.00 |" in table
+    assert f"| {hours:,.1f} | {hours / 8:,.2f} (8 cores) | cpu |" in table
 
 
 def test_memory_probe_sees_an_allocation_once():
