@@ -209,7 +209,7 @@ def encoder_lr(step: int, settings: EncoderSettings) -> float:
 def train_span_corruption(settings: EncoderSettings, tokenizer, batches, *, device: torch.device | str = "cpu",
                           precision: str = "fp32", progress: bool = True, resume: dict | None = None,
                           save_state: Callable[[dict], None] | None = None,
-                          crash_after_step: int | None = None, n_sentinels: int = N_SENTINELS
+                          after_step: Callable[[int], None] | None = None, n_sentinels: int = N_SENTINELS
                           ) -> tuple[T5ForConditionalGeneration, list[float]]:
     """Train ``build_t5`` for ``settings.steps`` steps on span-corrupted ``batches``.
 
@@ -219,10 +219,9 @@ def train_span_corruption(settings: EncoderSettings, tokenizer, batches, *, devi
     from ``encoder_lr``, grad-norm clip 1.0, the forward under ``network_autocast(device, precision)``.
     Init follows ``settings.seed``. Every ``checkpoint_every`` steps (not after the last)
     ``save_state(state)`` gets the CPU state (step, weights, optimiser, data position, losses); passing
-    such a state as ``resume`` continues exactly where it was taken. ``crash_after_step`` raises
-    ``CrashForTest`` (tests). Returns the whole T5 (eval mode, on ``device``) and the per-step losses."""
+    such a state as ``resume`` continues exactly where it was taken. ``after_step(step)`` runs after
+    each step and its checkpoint (tests raise there to simulate a kill). Returns the whole T5 (eval mode, on ``device``) and the per-step losses."""
     from elf.device import to_cpu
-    from elf.train.loop import CrashForTest
 
     _check_special_ids(tokenizer)
     encoder_lr(settings.steps, settings)  # refuse a warm-up as long as the run before building anything
@@ -270,8 +269,8 @@ def train_span_corruption(settings: EncoderSettings, tokenizer, batches, *, devi
             flush()
             save_state(to_cpu(dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
                                    data=batches.state_dict(), losses=torch.tensor(losses, dtype=torch.float64))))
-        if crash_after_step is not None and step == crash_after_step:
-            raise CrashForTest(f"simulated crash after encoder step {step}")
+        if after_step is not None:
+            after_step(step)
     bar.close()
     return model.eval(), losses
 

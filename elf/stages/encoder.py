@@ -140,7 +140,7 @@ def _build(settings: EncoderSettings, tokenizer, tokens: str | None, staging: Pa
         model, losses = train_span_corruption(
             settings, tokenizer, batches, device=device, precision=precision, progress=progress,
             resume=resume, save_state=lambda s: save_resume(staging, {**s, "run_hash": run_hash}),
-            crash_after_step=crash_after_step)
+            after_step=None if crash_after_step is None else _crash_after(crash_after_step))
     finally:
         batches.close()
     tail = losses[-10:]
@@ -149,3 +149,13 @@ def _build(settings: EncoderSettings, tokenizer, tokens: str | None, staging: Pa
                    epochs=settings.steps / len(batches), device=str(device), precision=precision,
                    resumed_from_step=int(resume["step"]) if resume else 0)
     return encoder_part(model.cpu()), trained
+
+
+def _crash_after(step: int):
+    """Tests: a kill after optimiser step ``step`` (``elf.train.loop.CrashForTest``)."""
+    from elf.train.loop import CrashForTest
+
+    def after(done: int) -> None:
+        if done == step:
+            raise CrashForTest(f"simulated crash after encoder step {done}")
+    return after
