@@ -9,16 +9,17 @@ as the DAG does (``elf <stage>`` in its own process, one torch thread; the reade
 size (peak anon / rss MB, wall s, units of data), then per stage the growth of peak anon memory (largest
 / smallest size, and the log-log slope) and of time (the exponent k of wall = a + b * size^k from the
 increments between the three geometric sizes, so the fixed start-up cost a drops out), and the
-extrapolation to the paper's sizes (``PAPER`` below) at the largest size's rate (units per wall second,
-start-up included: an upper bound): single-core CPU-hours here, and node-hours under slurm/config.yaml's job cores for the stages that run
-on CPU there. Stages whose cost at paper scale is the GPU model's (embed, encoder, sample, score) are
-extrapolated for their data path only (the encoder: its span corruption, one core); the table says which.
+extrapolation to the paper's sizes (``PAPER`` below) at the largest size's rate (units per wall
+second, start-up included: an upper bound): single-core CPU-hours here, and node-hours under
+slurm/config.yaml's job cores for the stages that run on CPU there. Stages whose cost at paper scale
+is the GPU model's (embed, encoder, sample, score) are extrapolated for their data path only (the
+encoder: its span corruption, one core); the table says which.
 The report/review stage is not here: it reads the aggregates (one small JSON per (run, sampler), a
 count the config fixes), not data that grows with the datasets.
 
 A streaming stage shows peak anon memory flat within 10 % and a time exponent near 1 (the reader and
-the encoder run a fixed step count: no growth). The tiny models (T5 of width 32, ELF of width 32, GPT-2 of width 32) make
-the data path, not the network, the measured cost.
+the encoder run a fixed step count: no growth). The tiny networks (T5, ELF and GPT-2 of width 32)
+make the data path, not the network, the measured cost.
 
     python benchmarks/scaling.py                        # about 10 min on 2 idle cores
     python benchmarks/scaling.py --base-docs 200 --sizes 1 4 --stages prepare embed   # a quick look
@@ -334,7 +335,8 @@ def report(rows: list[dict], corruption_s: float) -> str:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base-docs", type=int, default=1000,
-                   help="documents of the 1x corpus (~150 words each; at least prepare's batch of 1000 documents: memory then grows no more)")
+                   help="documents of the 1x corpus (~150 words each; at least prepare's batch of "
+                   "1000 documents: memory then grows no more)")
     p.add_argument("--base-samples", type=int, default=64,
                    help="samples per seed at 1x (at least the score batch, 64: memory then grows no more)")
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])

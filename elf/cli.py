@@ -18,7 +18,7 @@ __all__ = ["ElfError", "build_parser", "device_errors", "main", "resolve_device"
 # DAG order; each name is a module under elf.stages.
 STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
           "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit",
-          "check", "schema")
+          "check", "schema", "shapes")
 
 
 def resolve_device(name: str):

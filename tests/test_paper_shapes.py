@@ -1,6 +1,7 @@
-"""config/paper_shapes.yaml (elf/shapes.py): derived from config/paper.yaml and equal to its derivation,
-the paper's runs, layouts, samplers and figures with only budgets, sampler steps, data sources and model
-builds changed, and a DAG that plans one job of every kind the paper config has."""
+"""config/paper_shapes.yaml (``elf shapes``, elf/stages/shapes.py): derived from config/paper.yaml and
+equal to its derivation, the paper's runs, layouts, samplers and figures with only budgets, sampler
+steps, data sources and model builds changed, and a DAG that plans one job of every kind the paper
+config has."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elf import shapes
+from elf.cli import main as elf_main
+from elf.stages import shapes
 from elf.config import parse_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +25,7 @@ SHAPES = yaml.safe_load(SHAPES_TEXT)
 
 def test_the_committed_file_is_the_derivation_of_the_committed_paper_config():
     assert SHAPES_TEXT == shapes.render(PAPER), \
-        "config/paper_shapes.yaml is stale: python -m elf.shapes config/paper.yaml > config/paper_shapes.yaml"
+        "config/paper_shapes.yaml is stale: elf shapes --paper config/paper.yaml --out config/paper_shapes.yaml"
     parse_experiment(SHAPES)  # a valid config
 
 
@@ -77,6 +79,28 @@ def test_it_plans_one_job_of_every_kind(tmp_path):
     assert int(stats["total"]) < 150
 
 
-@pytest.mark.parametrize("argv", [[], ["a", "b"]])
-def test_the_command_wants_one_config(argv, capsys):
-    assert shapes.main(argv) == 2 and "usage" in capsys.readouterr().err
+def test_the_command_writes_the_config_and_wants_one_thing(tmp_path, capsys):
+    assert elf_main(["shapes", "--paper", str(ROOT / "config/paper.yaml"), "--out", str(tmp_path / "s.yaml")]) == 0
+    assert (tmp_path / "s.yaml").read_text() == SHAPES_TEXT
+    with pytest.raises(SystemExit):
+        elf_main(["shapes"])
+    assert "one of the arguments --paper --released is required" in capsys.readouterr().err
+
+
+def test_the_released_folder_is_what_elf_release_accepts_for_r01_released(tmp_path, monkeypatch):
+    from elf.config import DatasetSettings, EmbeddingSettings
+    from elf.train.released import config_mismatches, read_checkpoint, read_config_yml
+
+    monkeypatch.setattr(shapes, "T5_SMALL", {**shapes.T5_SMALL, "d_model": 16})  # a small width
+    monkeypatch.setattr(shapes, "T5_VOCAB", 40)
+    path = shapes.write_released(tmp_path / "ELF-B-owt-torch")
+    assert path.name == "checkpoint_2" and path.parent.joinpath("config.yml").is_file()
+    weights = read_checkpoint(path)
+    assert weights.ema_from == "ema_params1" and weights.step == 2
+    assert weights.ema["unembed_kernel"].shape[1] == 40
+    exp = parse_experiment(SHAPES)
+    run = exp.run("R01_released")
+    problems = config_mismatches(read_config_yml(path.parent / "config.yml"), run,
+                                 exp.datasets[run.dataset], exp.embeddings[run.embedding])
+    assert problems == [] and isinstance(exp.datasets[run.dataset], DatasetSettings)
+    assert isinstance(exp.embeddings[run.embedding], EmbeddingSettings)

@@ -7,9 +7,10 @@ No file I/O here; ``elf/stages/encoder.py`` reads the tokenizer and packed token
   ``save_pretrained`` so that ``T5EncoderModel.from_pretrained(folder)`` loads it exactly as
   ``from_pretrained("t5-small")`` loads the paper's encoder on a cluster. Training (paper R06) streams
   batches of token rows in epochs (a ``ShuffledBatches`` over the token dataset: a seeded permutation
-  per epoch, each row once; ``SpanCorruptor`` corrupts each batch in its prefetch thread), follows the paper's schedule (``encoder_lr``: linear warm-up, then cosine
-  decay), runs on the caller's device under the precision policy (``elf.precision``), and hands a
-  resumable state to the caller every ``checkpoint_every`` steps (the stage writes it).
+  per epoch, each row once; ``SpanCorruptor`` corrupts each batch in its prefetch thread), follows the
+  paper's schedule (``encoder_lr``: linear warm-up, then cosine decay), runs on the caller's device
+  under the precision policy (``elf.precision``), and hands a resumable state to the caller every
+  ``checkpoint_every`` steps (the stage writes it).
 - ``load_encoder`` / ``check_pairing``: load a frozen encoder by name or path; refuse a tokenizer that does not
   belong to it.
 - ``encoder_mask_4d``: the per-query (2-D) attention mask of conditional encoding, in the 4-D additive form
@@ -213,14 +214,15 @@ def train_span_corruption(settings: EncoderSettings, tokenizer, batches, *, devi
                           ) -> tuple[T5ForConditionalGeneration, list[float]]:
     """Train ``build_t5`` for ``settings.steps`` steps on span-corrupted ``batches``.
 
-    ``batches``: an endless, resumable iterator of ``{"encoder_input_ids", "labels"}`` CPU tensors with
-    ``state_dict`` / ``load_state_dict`` (``ShuffledBatches`` with ``transform=SpanCorruptor(...)``: every row
-    once per epoch, in a seeded order, corrupted with spans drawn from (seed, epoch, position)). AdamW (no weight decay), lr per step
-    from ``encoder_lr``, grad-norm clip 1.0, the forward under ``network_autocast(device, precision)``.
-    Init follows ``settings.seed``. Every ``checkpoint_every`` steps (not after the last)
-    ``save_state(state)`` gets the CPU state (step, weights, optimiser, data position, losses); passing
-    such a state as ``resume`` continues exactly where it was taken. ``after_step(step)`` runs after
-    each step and its checkpoint (tests raise there to simulate a kill). Returns the whole T5 (eval mode, on ``device``) and the per-step losses."""
+    ``batches``: an endless, resumable iterator of ``{"encoder_input_ids", "labels"}`` CPU tensors
+    with ``state_dict`` / ``load_state_dict`` (``ShuffledBatches`` with ``transform=SpanCorruptor(...)``:
+    every row once per epoch, in a seeded order, corrupted with spans drawn from (seed, epoch,
+    position)). AdamW (no weight decay), lr per step from ``encoder_lr``, grad-norm clip 1.0, the
+    forward under ``network_autocast(device, precision)``. Init follows ``settings.seed``. Every
+    ``checkpoint_every`` steps (not after the last) ``save_state(state)`` gets the CPU state (step,
+    weights, optimiser, data position, losses); passing such a state as ``resume`` continues exactly
+    where it was taken. ``after_step(step)`` runs after each step and its checkpoint (tests raise there
+    to simulate a kill). Returns the whole T5 (eval mode, on ``device``) and the per-step losses."""
     from elf.device import to_cpu
 
     _check_special_ids(tokenizer)

@@ -9,9 +9,10 @@ with ``elf.embed.encoder.load_encoder(out)`` — the same call that loads ``t5-s
 
 ``source: build`` trains a small T5 here with span corruption (``elf.embed.encoder``; paper R06) as the
 other training stages train: on ``--device`` (``auto``: CUDA when available) under ``--precision``
-(``elf.precision``), streaming token rows from the memory-mapped train split in epochs (``ShuffledBatches``:
-a seeded permutation per epoch, each row once; memory independent of the number of rows apart from the
-permutation, 8 bytes a row), span-corrupted in the batches' prefetch thread beside the training step, with the paper's schedule (linear warm-up, cosine decay). Every
+(``elf.precision``), streaming token rows from the memory-mapped train split in epochs
+(``ShuffledBatches``: a seeded permutation per epoch, each row once; memory independent of the number
+of rows apart from the permutation, 8 bytes a row), span-corrupted in the batches' prefetch thread
+beside the training step, with the paper's schedule (linear warm-up, cosine decay). Every
 ``checkpoint_every`` steps it writes ``<out>.partial/resume/state.pt`` (``elf.train.checkpoint``: replaced
 in one rename, an unreadable one skipped), so a rerun of a killed job continues with the same weights;
 a state made for other settings, tokens or precision is ignored. ``source: pretrained`` loads
