@@ -17,7 +17,7 @@ __all__ = ["ElfError", "build_parser", "main"]
 # DAG order; each name is a module under elf.stages.
 STAGES = ("corpora", "tokenizer", "prepare", "encoder", "scorer", "embed", "decoder", "train", "distill",
           "release", "sample", "trajectory", "score", "aggregate", "evaluate", "report", "audit",
-          "check", "schema")
+          "check", "schema", "shapes")
 
 
 class StageParser(argparse.ArgumentParser):

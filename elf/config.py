@@ -253,7 +253,11 @@ class EncoderSettings:
     d_ff: int = _f(256, help="built: feed-forward width", lo=8)
     steps: int = _f(300, help="built: span-corruption training steps", lo=1)
     batch_size: int = _f(32, help="built: training batch", lo=1)
-    lr: float = _f(1e-3, help="built: learning rate", lo=0, lo_open=True)
+    lr: float = _f(1e-3, help="built: peak learning rate (cosine decay to 0 after the warm-up)",
+                   lo=0, lo_open=True)
+    warmup_steps: int = _f(0, help="built: linear warm-up steps before the cosine decay "
+                           "(paper R06: 0.4 epoch); fewer than steps", lo=0)
+    checkpoint_every: int = _f(500, help="built: steps between resumable checkpoints", lo=1)
     seed: int = _f(0, help="built: training seed", lo=0)
 
 

@@ -4,9 +4,11 @@ pairing checks and the conditional 4-D attention mask (spec §2). Tiny models on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer
@@ -62,10 +64,21 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+def batches_of(ids: torch.Tensor, mask: torch.Tensor, settings: EncoderSettings = SETTINGS):
+    """The stage's batches over in-memory rows: a seeded permutation per epoch (elf.embed.reader)."""
+    from elf.embed.reader import OnTheFlySource, ShuffledBatches
+    columns = {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+               "cond_seq_mask": np.zeros_like(ids.numpy())}
+    return ShuffledBatches(OnTheFlySource(columns, None, dim=settings.d_model), settings.batch_size,
+                           seed=settings.seed, prefetch=0,
+                           transform=enc.SpanCorruptor(settings.seed, enc.sentinel_ids(len(WORDS) + 3)))
+
+
 @pytest.fixture(scope="module")
 def trained():
     ids, mask = make_corpus()
-    model, losses = enc.train_span_corruption(SETTINGS, make_tokenizer(), ids, mask, progress=False)
+    model, losses = enc.train_span_corruption(SETTINGS, make_tokenizer(), batches_of(ids, mask),
+                                              progress=False)
     return model, losses
 
 
@@ -196,7 +209,8 @@ def test_stage_writes_loadable_encoder_equal_to_in_process_training(tmp_path):
     assert loaded.get_input_embeddings().num_embeddings == len(tokenizer) + enc.N_SENTINELS
 
     ids, mask = make_corpus()
-    direct = enc.train_encoder(from_dict(EncoderSettings, settings), make_tokenizer(), ids, mask,
+    direct_settings = from_dict(EncoderSettings, settings)
+    direct = enc.train_encoder(direct_settings, make_tokenizer(), batches_of(ids, mask, direct_settings),
                                progress=False)
     probe = ids[:2]
     with torch.no_grad():
@@ -215,6 +229,114 @@ def test_stage_rejects_bad_inputs(tmp_path):
         _run_stage(["encoder", "--settings", "{}", "--tokenizer", str(tokenizer_dir),
                     "--tokens", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# R06's schedule, epochs, resume and precision
+# --------------------------------------------------------------------------------------------------
+
+def test_encoder_lr_warms_up_linearly_then_decays_on_a_cosine():
+    settings = EncoderSettings(steps=10, warmup_steps=4, lr=1e-3)
+    # i = step - 1: i/4 for i < 4; then (1 + cos(pi (i - 4) / 6)) / 2: 1, (1 + sqrt(3)/2)/2, 3/4, 1/2, ...
+    expected = [0.0, 0.25, 0.5, 0.75, 1.0, 0.9330127, 0.75, 0.5, 0.25, 0.0669873]
+    got = [enc.encoder_lr(k, settings) / 1e-3 for k in range(1, 11)]
+    assert got == pytest.approx(expected, abs=1e-7)
+    no_warmup = EncoderSettings(steps=4, warmup_steps=0, lr=2.0)
+    assert [enc.encoder_lr(k, no_warmup) for k in range(1, 5)] == pytest.approx(
+        [2.0, 1.0 + 2 ** -0.5, 1.0, 1.0 - 2 ** -0.5])
+    with pytest.raises(ValueError, match="warmup_steps 10 must be fewer"):
+        enc.encoder_lr(1, EncoderSettings(steps=10, warmup_steps=10))
+    with pytest.raises(ValueError, match="1..10"):
+        enc.encoder_lr(11, settings)
+
+
+class Recording:
+    """A batch source that remembers the rows and the lr of every batch the trainer took."""
+
+    def __init__(self, batches):
+        self.batches, self.rows = batches, []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        batch = next(self.batches)
+        self.rows.append(batch["index"].tolist())
+        return batch
+
+    def state_dict(self):
+        return self.batches.state_dict()
+
+    def load_state_dict(self, state):
+        self.batches.load_state_dict(state)
+
+
+def test_training_visits_every_row_once_per_epoch_in_a_seeded_order():
+    ids, mask = make_corpus()  # 48 rows, batch 8: 6 steps an epoch
+    settings = dataclasses.replace(SETTINGS, steps=12)
+    orders = {}
+    for seed in (0, 0, 1):
+        recorded = Recording(batches_of(ids, mask, dataclasses.replace(settings, seed=seed)))
+        enc.train_span_corruption(dataclasses.replace(settings, seed=seed), make_tokenizer(), recorded,
+                                  progress=False)
+        epochs = [sum(recorded.rows[e * 6:(e + 1) * 6], []) for e in range(2)]
+        assert all(sorted(epoch) == list(range(48)) for epoch in epochs)  # each row once per epoch
+        assert epochs[0] != epochs[1]  # a new permutation each epoch
+        assert orders.setdefault(seed, epochs) == epochs  # the same seed, the same order
+    assert orders[0] != orders[1]
+
+
+def _stage_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    tokenizer_dir, tokens_dir = tmp_path / "tok", tmp_path / "tokens"
+    make_tokenizer().save_pretrained(tokenizer_dir)
+    _write_tokens(tokens_dir)
+    return tokenizer_dir, tokens_dir
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return enc.load_encoder(str(folder)).state_dict()
+
+
+def test_killed_build_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    from elf.train.loop import CrashForTest
+    tokenizer_dir, tokens_dir = _stage_inputs(tmp_path)
+    settings = dataclasses.replace(SETTINGS, steps=10, warmup_steps=3, checkpoint_every=3)
+    build = dict(tokenizer_ref=str(tokenizer_dir), tokens=str(tokens_dir), progress=False,
+                 device_name="cpu")
+    encoder_stage.make_encoder(settings, out=tmp_path / "whole", **build)
+
+    killed = tmp_path / "killed"
+    with pytest.raises(CrashForTest):
+        encoder_stage.make_encoder(settings, out=killed, crash_after_step=8, **build)
+    assert not killed.exists() and (tmp_path / "killed.partial/resume/state.pt").exists()
+    encoder_stage.make_encoder(settings, out=killed, **build)
+    prov = json.loads((killed / "provenance.json").read_text())
+    assert prov["resumed_from_step"] == 6  # the checkpoint of step 6; steps 7-8 were lost and redone
+    whole, resumed = _weights(tmp_path / "whole"), _weights(killed)
+    assert all(torch.equal(whole[k], resumed[k]) for k in whole)
+    assert prov["losses"] == json.loads((tmp_path / "whole/provenance.json").read_text())["losses"]
+    assert not (tmp_path / "killed.partial").exists()  # the resume state goes once the folder is written
+    assert prov["epochs"] == pytest.approx(10 / 6) and prov["batches_per_epoch"] == 6
+
+    other = tmp_path / "other"  # a state made for other settings is not resumed
+    with pytest.raises(CrashForTest):
+        encoder_stage.make_encoder(settings, out=other, crash_after_step=4, **build)
+    encoder_stage.make_encoder(dataclasses.replace(settings, lr=1e-3), out=other, **build)
+    assert json.loads((other / "provenance.json").read_text())["resumed_from_step"] == 0
+
+
+def test_build_runs_under_the_precision_policy(tmp_path):
+    tokenizer_dir, tokens_dir = _stage_inputs(tmp_path)
+    settings = dataclasses.replace(SETTINGS, steps=3)
+    for precision in ("fp32", "bf16"):
+        encoder_stage.make_encoder(settings, tokenizer_ref=str(tokenizer_dir), tokens=str(tokens_dir),
+                                   out=tmp_path / precision, progress=False, device_name="cpu",
+                                   precision=precision)
+        prov = json.loads((tmp_path / precision / "provenance.json").read_text())
+        assert prov["precision"] == precision and prov["device"] == "cpu"
+    fp32, bf16 = _weights(tmp_path / "fp32"), _weights(tmp_path / "bf16")
+    assert all(v.dtype == torch.float32 for v in bf16.values())  # autocast: the weights stay float32
+    assert not all(torch.equal(fp32[k], bf16[k]) for k in fp32)  # but the forward ran in bf16
 
 
 # --------------------------------------------------------------------------------------------------

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-GPU_RULES = {"embed", "embed_shard", "train", "distill", "decoder", "evaluate", "trajectory",
+GPU_RULES = {"embed", "embed_shard", "encoder", "train", "distill", "decoder", "evaluate", "trajectory",
              "score_dataset"}
-CPU_RULES = {"corpora", "tokenizer", "prepare", "embed_gather", "encoder", "scorer", "experiment", "figure",
+CPU_RULES = {"corpora", "tokenizer", "prepare", "embed_gather", "scorer", "experiment", "figure",
              "table", "review", "manifest", "released"}
 DEFAULT_SHAPE = dict(gpus=4, cpus=32, mem_mb=256000)   # slurm/config.yaml's defaults
 
@@ -218,6 +218,17 @@ def test_big_train_splits_are_scattered_over_one_gpu_jobs_then_gathered(paper_dr
     for job in singles:
         assert int(job["resources"]["gpu"]) == 1 and "--shard" not in job["shell"]
         assert re.search(r"--work (\S+\.zarr)\.partial --out \1 ", job["shell"])
+
+
+def test_the_scratch_encoder_trains_on_one_gpu_in_bf16_and_resumes_across_attempts(paper_dry_run):
+    jobs = [j for j in dry_run_jobs(paper_dry_run) if j["rule"] == "encoder"]
+    assert [j["wildcards"]["encoder"] for j in jobs] == ["scratch"]  # t5-small etc. load by name
+    res = jobs[0]["resources"]
+    assert int(res["gpu"]) == 1 and int(res["runtime"]) == 1440
+    assert int(res["mem_mb"]) == min(16000, DEFAULT_SHAPE["mem_mb"] * 9 // 10 // DEFAULT_SHAPE["gpus"])
+    shell = jobs[0]["shell"]
+    assert "--device $(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo cpu)" in shell
+    assert "--precision bf16" in shell and '"warmup_steps":7600' in shell
 
 
 def test_evaluation_takes_one_gpu_per_job(paper_dry_run):

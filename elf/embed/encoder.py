@@ -5,7 +5,12 @@ No file I/O here; ``elf/stages/encoder.py`` reads the tokenizer and packed token
 - ``build_t5`` / ``train_span_corruption`` / ``train_encoder``: the embedded default trains a small T5 here
   with T5's span-corruption objective, then keeps its encoder (``T5EncoderModel``), which is saved with
   ``save_pretrained`` so that ``T5EncoderModel.from_pretrained(folder)`` loads it exactly as
-  ``from_pretrained("t5-small")`` loads the paper's encoder on a cluster.
+  ``from_pretrained("t5-small")`` loads the paper's encoder on a cluster. Training (paper R06) streams
+  batches of token rows in epochs (a ``ShuffledBatches`` over the token dataset: a seeded permutation
+  per epoch, each row once; ``SpanCorruptor`` corrupts each batch in its prefetch thread), follows the
+  paper's schedule (``encoder_lr``: linear warm-up, then cosine decay), runs on the caller's device
+  under the precision policy (``elf.precision``), and hands a resumable state to the caller every
+  ``checkpoint_every`` steps (the stage writes it).
 - ``load_encoder`` / ``check_pairing``: load a frozen encoder by name or path; refuse a tokenizer that does not
   belong to it.
 - ``encoder_mask_4d``: the per-query (2-D) attention mask of conditional encoding, in the 4-D additive form
@@ -22,13 +27,17 @@ never produced by the tokenizer.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+import hashlib
+import math
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import T5Config, T5EncoderModel, T5ForConditionalGeneration
 
 from elf.config import EncoderSettings
+from elf.precision import network_autocast
 
 PAD_ID = 0
 EOS_ID = 1
@@ -79,17 +88,16 @@ def sentinel_ids(vocab_size: int, n_sentinels: int = N_SENTINELS) -> list[int]:
     return [top - k for k in range(n_sentinels)]
 
 
-def _random_segments(total: int, n_segments: int, generator: torch.Generator) -> list[int]:
+def _random_segments(total: int, n_segments: int, generator: torch.Generator) -> np.ndarray:
     """Split ``total`` items into ``n_segments`` positive lengths, uniformly over compositions."""
     if n_segments == 1:
-        return [total]
-    cuts = torch.randperm(total - 1, generator=generator)[: n_segments - 1] + 1
-    bounds = [0] + sorted(cuts.tolist()) + [total]
-    return [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+        return np.array([total])
+    cuts = np.sort(torch.randperm(total - 1, generator=generator)[: n_segments - 1].numpy() + 1)
+    return np.diff(np.concatenate([[0], cuts, [total]]))
 
 
 def _noise_span_mask(n_tokens: int, noise_density: float, mean_span: float, max_spans: int,
-                     generator: torch.Generator) -> torch.Tensor:
+                     generator: torch.Generator) -> np.ndarray:
     """T5's ``random_spans_noise_mask``: a bool (n_tokens,) mask with round(density·n) noise tokens in
     round(noise / mean_span) spans, alternating [keep, noise, keep, noise, ...] starting with kept tokens.
     The span count is capped at ``max_spans`` (one sentinel per span)."""
@@ -97,28 +105,22 @@ def _noise_span_mask(n_tokens: int, noise_density: float, mean_span: float, max_
     n_spans = min(max(round(n_noise / mean_span), 1), max_spans, n_noise, n_tokens - n_noise)
     noise_lengths = _random_segments(n_noise, n_spans, generator)
     keep_lengths = _random_segments(n_tokens - n_noise, n_spans, generator)
-    mask = torch.zeros(n_tokens, dtype=torch.bool)
-    position = 0
-    for keep, noise in zip(keep_lengths, noise_lengths):
-        position += keep
-        mask[position: position + noise] = True
-        position += noise
-    return mask
+    lengths = np.stack([keep_lengths, noise_lengths], axis=1).ravel()  # keep, noise, keep, noise, ...
+    return np.repeat(np.tile([False, True], n_spans), lengths)
 
 
-def _corrupt_row(tokens: torch.Tensor, noise: torch.Tensor, sentinels: Sequence[int]
-                 ) -> tuple[list[int], list[int]]:
-    """Encoder input (kept tokens, one sentinel per noise span) and labels (sentinel + span, ..., EOS)."""
-    inputs, labels, span = [], [], -1
-    noise = noise.tolist()
-    for i, token in enumerate(tokens.tolist()):
-        if noise[i] and (i == 0 or not noise[i - 1]):  # a span starts
-            span += 1
-            inputs.append(sentinels[span])
-            labels.append(sentinels[span])
-        (labels if noise[i] else inputs).append(token)
-    labels.append(EOS_ID)
-    return inputs, labels
+def _corrupt_row(tokens: np.ndarray, noise: np.ndarray, sentinels: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Encoder input (kept tokens, one sentinel per noise span) and labels (sentinel + span, ..., EOS).
+
+    Vectorised: position i contributes two slots, [sentinel of its span if a span starts at i, its
+    token]; the input keeps the token where it is not noise, the labels where it is."""
+    starts = noise & ~np.concatenate([[False], noise[:-1]])
+    span_sentinel = sentinels[np.cumsum(starts) - 1]  # read at span starts only
+    slots = np.stack([span_sentinel, tokens], axis=1).ravel()
+    inputs = slots[np.stack([starts, ~noise], axis=1).ravel()]
+    labels = slots[np.stack([starts, noise], axis=1).ravel()]
+    return inputs, np.append(labels, EOS_ID)
 
 
 def span_corruption(input_ids: torch.Tensor, attention_mask: torch.Tensor, generator: torch.Generator,
@@ -131,34 +133,56 @@ def span_corruption(input_ids: torch.Tensor, attention_mask: torch.Tensor, gener
     and ``labels`` (B, L_out), right-padded with -100 (ignored by the T5 loss). A row with fewer than two real
     tokens is left uncorrupted with labels ``[EOS]``. Deterministic given ``generator``.
     """
-    sentinel_ids = [int(s) for s in sentinel_ids]
-    if not sentinel_ids:
+    sentinels = np.asarray([int(s) for s in sentinel_ids], dtype=np.int64)
+    if not len(sentinels):
         raise ValueError("span_corruption needs sentinel_ids (see sentinel_ids())")
     encoder_rows, label_rows = [], []
-    for tokens, valid in zip(input_ids, attention_mask > 0):
-        tokens = tokens[valid]
+    for tokens, valid in zip(input_ids.numpy(), attention_mask.numpy() > 0):
+        tokens = tokens[valid].astype(np.int64)
         if len(tokens) < 2:
-            encoder_rows.append(tokens.tolist())
-            label_rows.append([EOS_ID])
+            encoder_rows.append(tokens)
+            label_rows.append(np.array([EOS_ID]))
             continue
-        noise = _noise_span_mask(len(tokens), noise_density, mean_span, len(sentinel_ids), generator)
-        inputs, labels = _corrupt_row(tokens, noise, sentinel_ids)
+        noise = _noise_span_mask(len(tokens), noise_density, mean_span, len(sentinels), generator)
+        inputs, labels = _corrupt_row(tokens, noise, sentinels)
         encoder_rows.append(inputs)
         label_rows.append(labels)
     return _pad_rows(encoder_rows, PAD_ID), _pad_rows(label_rows, IGNORE_INDEX)
 
 
-def _pad_rows(rows: list[list[int]], fill: int) -> torch.Tensor:
+def _pad_rows(rows: list[np.ndarray], fill: int) -> torch.Tensor:
     width = max(1, max(len(r) for r in rows))
-    out = torch.full((len(rows), width), fill, dtype=torch.long)
+    out = np.full((len(rows), width), fill, dtype=np.int64)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
+        out[i, : len(row)] = row
+    return torch.from_numpy(out)
 
 
 # --------------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------------
+
+def span_seed(seed: int, epoch: int, position: int) -> int:
+    """A 63-bit generator seed for the span draws of batch ``position`` of ``epoch``."""
+    key = f"elf-spans:{seed}:{epoch}:{position}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:8], "little") >> 1
+
+
+class SpanCorruptor:
+    """The span corruption of a training batch, as a ``ShuffledBatches(..., transform=...)``: adds
+    ``encoder_input_ids`` and ``labels`` (``span_corruption``) drawn from a generator seeded by (seed,
+    epoch, position) alone. So it runs in the batches' prefetch thread, beside the training step, and
+    the data position is all a resumed run needs to redraw it."""
+
+    def __init__(self, seed: int, sentinels: Sequence[int]):
+        self.seed, self.sentinels = seed, list(sentinels)
+
+    def __call__(self, batch: dict[str, torch.Tensor], epoch: int, position: int) -> dict[str, torch.Tensor]:
+        generator = torch.Generator().manual_seed(span_seed(self.seed, epoch, position))
+        batch["encoder_input_ids"], batch["labels"] = span_corruption(
+            batch["input_ids"], batch["attention_mask"], generator, sentinel_ids=self.sentinels)
+        return batch
+
 
 def _check_special_ids(tokenizer) -> None:
     if tokenizer.pad_token_id != PAD_ID or tokenizer.eos_token_id != EOS_ID:
@@ -166,45 +190,97 @@ def _check_special_ids(tokenizer) -> None:
                          f"eos id {tokenizer.eos_token_id}; the T5 conventions need pad {PAD_ID}, eos {EOS_ID}")
 
 
-def train_span_corruption(settings: EncoderSettings, tokenizer, train_input_ids: torch.Tensor,
-                          attention_mask: torch.Tensor, progress: bool = True,
-                          n_sentinels: int = N_SENTINELS) -> tuple[T5ForConditionalGeneration, list[float]]:
-    """Train ``build_t5`` on span corruption of ``train_input_ids`` (N, L) with AdamW (constant
-    ``settings.lr``, no weight decay, grad-norm clip 1.0), CPU fp32. Each step draws ``settings.batch_size``
-    rows uniformly with replacement. Everything random (init, rows, spans) follows ``settings.seed``.
-    Returns the whole T5 and the per-step losses."""
+def encoder_lr(step: int, settings: EncoderSettings) -> float:
+    """Learning rate of optimiser step ``step`` (1 = the first; paper R06: cosine with a 0.4-epoch
+    warm-up). With i = step − 1, w = ``warmup_steps``, S = ``steps``: ``lr·i/w`` while i < w, then
+    ``lr·½(1 + cos(π(i − w)/(S − w)))`` — transformers' ``get_cosine_schedule_with_warmup`` read before
+    its i-th ``scheduler.step()``, as ``elf.train.optim.lr_at`` reads the warm-up (with a warm-up,
+    step 1 runs at lr 0)."""
+    if not 1 <= step <= settings.steps:
+        raise ValueError(f"encoder optimiser steps count 1..{settings.steps}, got {step}")
+    if settings.warmup_steps >= settings.steps:
+        raise ValueError(f"encoder warmup_steps {settings.warmup_steps} must be fewer than its steps "
+                         f"{settings.steps}")
+    i, w = step - 1, settings.warmup_steps
+    if i < w:
+        return settings.lr * i / w
+    return settings.lr * 0.5 * (1.0 + math.cos(math.pi * (i - w) / (settings.steps - w)))
+
+
+def train_span_corruption(settings: EncoderSettings, tokenizer, batches, *, device: torch.device | str = "cpu",
+                          precision: str = "fp32", progress: bool = True, resume: dict | None = None,
+                          save_state: Callable[[dict], None] | None = None,
+                          after_step: Callable[[int], None] | None = None, n_sentinels: int = N_SENTINELS
+                          ) -> tuple[T5ForConditionalGeneration, list[float]]:
+    """Train ``build_t5`` for ``settings.steps`` steps on span-corrupted ``batches``.
+
+    ``batches``: an endless, resumable iterator of ``{"encoder_input_ids", "labels"}`` CPU tensors
+    with ``state_dict`` / ``load_state_dict`` (``ShuffledBatches`` with ``transform=SpanCorruptor(...)``:
+    every row once per epoch, in a seeded order, corrupted with spans drawn from (seed, epoch,
+    position)). AdamW (no weight decay), lr per step from ``encoder_lr``, grad-norm clip 1.0, the
+    forward under ``network_autocast(device, precision)``. Init follows ``settings.seed``. Every
+    ``checkpoint_every`` steps (not after the last) ``save_state(state)`` gets the CPU state (step,
+    weights, optimiser, data position, losses); passing such a state as ``resume`` continues exactly
+    where it was taken. ``after_step(step)`` runs after each step and its checkpoint (tests raise there
+    to simulate a kill). Returns the whole T5 (eval mode, on ``device``) and the per-step losses."""
+    from elf.device import to_cpu
+
     _check_special_ids(tokenizer)
-    vocab_size = len(tokenizer)
-    sentinels = sentinel_ids(vocab_size, n_sentinels)
+    encoder_lr(settings.steps, settings)  # refuse a warm-up as long as the run before building anything
+    device = torch.device(device)
     with torch.random.fork_rng(devices=[]):  # HF initialises from the global RNG
         torch.manual_seed(settings.seed)
-        model = build_t5(settings, vocab_size + n_sentinels)
-    generator = torch.Generator().manual_seed(settings.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
-    input_ids, attention_mask = train_input_ids.long(), attention_mask.long()
+        model = build_t5(settings, len(tokenizer) + n_sentinels)
+    model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=encoder_lr(1, settings), weight_decay=0.0)
+    step, losses = 0, []
+    if resume is not None:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        batches.load_state_dict(resume["data"])
+        step, losses = int(resume["step"]), resume["losses"].tolist()
+    autocast = network_autocast(device, precision)
     model.train()
-    losses: list[float] = []
-    bar = tqdm(range(settings.steps), desc="encoder span corruption", disable=not progress)
-    for _ in bar:
-        rows = torch.randint(0, len(input_ids), (settings.batch_size,), generator=generator)
-        encoder_ids, labels = span_corruption(input_ids[rows], attention_mask[rows], generator,
-                                              sentinel_ids=sentinels)
-        loss = model(input_ids=encoder_ids, attention_mask=(encoder_ids != PAD_ID).long(),
-                     labels=labels).loss
+    data = iter(batches)
+    pending: list[torch.Tensor] = []  # losses still on the device: read in groups, not every step
+
+    def flush() -> None:
+        losses.extend(torch.stack(pending).float().cpu().tolist() if pending else [])
+        pending.clear()
+
+    bar = tqdm(total=settings.steps, initial=step, desc="encoder span corruption", disable=not progress)
+    while step < settings.steps:
+        batch = next(data)
+        encoder_ids, labels = batch["encoder_input_ids"].to(device), batch["labels"].to(device)
+        step += 1
+        for group in optimizer.param_groups:
+            group["lr"] = encoder_lr(step, settings)
+        with autocast:
+            loss = model(input_ids=encoder_ids, attention_mask=(encoder_ids != PAD_ID).long(),
+                         labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        pending.append(loss.detach())
+        bar.update(1)
+        if len(pending) >= 50 or step == settings.steps:
+            flush()
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if save_state is not None and step % settings.checkpoint_every == 0 and step < settings.steps:
+            flush()
+            save_state(to_cpu(dict(step=step, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                                   data=batches.state_dict(), losses=torch.tensor(losses, dtype=torch.float64))))
+        if after_step is not None:
+            after_step(step)
+    bar.close()
     return model.eval(), losses
 
 
-def train_encoder(settings: EncoderSettings, tokenizer, train_input_ids: torch.Tensor,
-                  attention_mask: torch.Tensor, progress: bool = True) -> T5EncoderModel:
-    """Span-corruption training (``train_span_corruption``), then the trained encoder part."""
-    model, _ = train_span_corruption(settings, tokenizer, train_input_ids, attention_mask, progress)
-    return encoder_part(model)
+def train_encoder(settings: EncoderSettings, tokenizer, batches, **kwargs) -> T5EncoderModel:
+    """Span-corruption training (``train_span_corruption``, same keywords), then the trained encoder part."""
+    model, _ = train_span_corruption(settings, tokenizer, batches, **kwargs)
+    return encoder_part(model.cpu())
 
 
 # --------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import os
 import queue
 import threading
 import weakref
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -147,10 +147,13 @@ class ShuffledBatches:
     """Endless iterator of this rank's slice of each global batch; see the module docstring."""
 
     def __init__(self, store_or_source: Any, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 *, normalization: str = "fixed", mean: float = 0.0, std: float = 0.2, prefetch: int = 2):
+                 *, normalization: str = "fixed", mean: float = 0.0, std: float = 0.2, prefetch: int = 2,
+                 transform: Callable[[dict, int, int], dict] | None = None):
         """``normalization``: ``fixed`` (mean/std as given; released configs 0, 0.2), ``scalar`` or
         ``per_channel`` (the source's statistics), applied by ``elf.embed.kinds.normalise``.
-        ``prefetch``: batches prepared ahead by a background thread (0: none); never changes the order."""
+        ``prefetch``: batches prepared ahead by a background thread (0: none); never changes the order.
+        ``transform(batch, epoch, position)``: applied to each batch where it is made (the prefetch
+        thread), e.g. the encoder's span corruption; it must depend on nothing but its arguments."""
         source = store_or_source
         if isinstance(source, (EmbeddingStore, str, os.PathLike)):
             source = StoreSource(source)
@@ -162,6 +165,7 @@ class ShuffledBatches:
             raise ValueError(f"{len(source)} sequences cannot fill one batch of {batch_size}")
         self.source, self.batch_size, self.seed = source, batch_size, seed
         self.rank, self.world_size, self.prefetch = rank, world_size, prefetch
+        self.transform = transform
         self.normalization = (getattr(source, "stats", None), normalization, mean, std)
         normalise(torch.zeros(1), *self.normalization)  # fail now on a bad mode or missing statistics
         self.batches_per_epoch = len(source) // batch_size
@@ -202,7 +206,7 @@ class ShuffledBatches:
             if name in batch:
                 batch[name] = normalise(batch[name], *self.normalization)
         batch["index"] = torch.from_numpy(indices.astype(np.int64))
-        return batch
+        return batch if self.transform is None else self.transform(batch, epoch, position)
 
     def _advance(self, epoch: int, position: int) -> tuple[int, int]:
         position += 1

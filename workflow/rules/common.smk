@@ -77,6 +77,12 @@ def embed_device(resources):
     )
 
 
+def gpu_or_cpu(resources):
+    """`cuda` when the job holds a GPU (profile resource `gpu`) and CUDA is visible, else `cpu`:
+    the device of a stage that trains on CUDA or the CPU only (the encoder)."""
+    return "$(nvidia-smi -L > /dev/null 2>&1 && echo cuda || echo cpu)" if resources.get("gpu", 0) else "cpu"
+
+
 # ---- Snakemake's HTML report: one category per paper section, a caption per figure ----
 
 

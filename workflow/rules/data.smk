@@ -59,7 +59,8 @@ rule prepare:
 
 
 rule encoder:
-    """Train a small T5 encoder from scratch with span corruption (or save a pretrained one)."""
+    """Train a small T5 encoder from scratch with span corruption (paper R06; embedded: every encoder)
+    on the job's GPU when it holds one, resuming from <out>.partial/ after a kill."""
     conda:
         ENV
     input:
@@ -72,11 +73,14 @@ rule encoder:
         threads=torch_threads,
         settings=lambda w: PLAN.as_json(EXP.encoders[w.encoder]),
         tokenizer=PLAN.tokenizer,
+        precision=EXP.precision,
+        device=lambda w, resources: gpu_or_cpu(resources),
     log:
         f"{R}/logs/encoder/{{encoder}}.log",
     shell:
         "OMP_NUM_THREADS={params.threads} elf encoder --settings {params.settings:q} --tokenizer {params.tokenizer} "
-        "--tokens {input.tokens} --out {output} --no-progress 2> {log}"
+        "--tokens {input.tokens} --out {output} --device {params.device} --precision {params.precision} "
+        "--no-progress 2> {log}"
 
 
 rule scorer:
