@@ -15,7 +15,7 @@ import yaml
 
 from elf.cli import main as elf_main
 from elf.stages import shapes
-from elf.config import parse_experiment
+from elf.validate import parse_experiment
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = yaml.safe_load((ROOT / "config/paper.yaml").read_text())

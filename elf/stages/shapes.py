@@ -83,6 +83,10 @@ def derive(paper: dict) -> dict:
     used = {s for spec in cfg["figures"].values() for s in spec["samplers"]}
     cfg["samplers"] = {name: {**s, "steps": min(s["steps"], SAMPLER_STEPS)}
                        for name, s in paper["samplers"].items() if name in used}
+    # the claims whose two (run, sampler) pairs are still evaluated: the review checks those
+    cfg["trends"] = {name: trend for name, trend in paper.get("trends", {}).items()
+                     if all(trend[side]["run"] in runs and trend[side]["sampler"] in used
+                            for side in ("lower", "higher"))}
     evaluation = cfg["evaluation"]
     evaluation.update(seeds=[0], n_samples=2, sample_batch_size=2, score_batch_size=2)
     evaluation["replicate_samplers"] = [s for s in evaluation.get("replicate_samplers", []) if s in used]
