@@ -133,6 +133,8 @@ class SamplerSettings:
     split: Optional[Literal["validation", "test"]] = _f(
         None, help="conditional: the split whose sources are sampled and scored (null: "
         "evaluation.split); unconditional runs ignore it")
+    n_examples: int = _f(0, help="conditional: score the split's first N examples per seed (0: "
+                         "evaluation.n_examples), e.g. 1000 as the authors' configs score validation", lo=0)
     sde_variant: Literal["backed_off", "original"] = _f(
         "backed_off", help="SDE Euler step from the backed-off state (released code) or the "
         "original state (paper App. C.2)")

@@ -165,8 +165,9 @@ def eval_dirs_of(evals_root, exp: Experiment, pairs) -> list[str]:
 
 def effective_sampler(settings: dict, task: str) -> dict:
     """A sampler's settings as they take effect on a run of ``task``: an unconditional run has no
-    source, so input CFG is 1 there (``elf sample`` refuses another value on such a run)."""
-    return {**settings, "input_cfg": 1.0} if task == "unconditional" else settings
+    source, so input CFG is 1 there (``elf sample`` refuses another value on such a run), and it has
+    no examples to cut (``n_examples`` 0)."""
+    return {**settings, "input_cfg": 1.0, "n_examples": 0} if task == "unconditional" else settings
 
 
 # ---- the config slice of one figure or table ----
@@ -413,8 +414,12 @@ class Dag:
         ev, task = self.exp.evaluation, self.task_of(run)
         samplers = {name: dict(settings=effective_sampler(self.section_dict("samplers", name), task),
                                seeds=list(seeds_of(self.exp, run, name)),
-                               split=self.eval_split(name) if task != "unconditional" else None)
+                               split=self.eval_split(name) if task != "unconditional" else None,
+                               n=self.exp.samplers[name].n_examples or ev.n_examples)
                     for name in group_samplers(self.exp, run, group)}
+        if task == "unconditional":
+            for entry in samplers.values():
+                entry.pop("n")
         return _as_json(dict(run=run, task=task, n=ev.n_samples if task == "unconditional" else ev.n_examples,
                              batch_size=ev.sample_batch_size, score_batch_size=ev.score_batch_size,
                              precision=self.exp.precision, samplers=samplers))

@@ -135,6 +135,8 @@ def test_a_damaged_finished_sampler_is_redone_never_published(assets, tmp_path, 
     ("{not json", "not an evaluation plan"),
     (json.dumps({"run": "base"}), "not an evaluation plan"),
     (plan_json({}), "no samplers"),
+    # a per-sampler example count: conditional tasks only
+    (plan_json({"sde3": dict(settings=SAMPLER, seeds=[0], split=None, n=1000)}), "'samplers.sde3.n'"),
 ])
 def test_bad_plans_are_refused(assets, tmp_path, capsys, plan_text, words):
     root, scorer = assets

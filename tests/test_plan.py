@@ -132,6 +132,18 @@ def test_evaluation_inputs(ci):
     assert job["samplers"]["ode16_w1"]["seeds"] == list(plan.seeds_of(dag.exp, "base", "ode16_w1"))
 
 
+def test_a_conditional_sampler_may_score_the_first_n_examples():
+    """The authors' README protocol (their first 1000 validation examples) beside the whole split: a
+    sampler's ``n_examples`` reaches its evaluation job; evaluation.n_examples stays the default."""
+    dag = plan.Dag(parse_experiment(load("paper.yaml")), needs)
+    job = json.loads(dag.eval_plan_json("R04", plan.eval_group(dag.exp, "R04", "cond_cfg2_val1000")))
+    assert job["samplers"]["cond_cfg2_val1000"]["n"] == 1000
+    if "cond_cfg2_val" in job["samplers"]:
+        assert job["samplers"]["cond_cfg2_val"]["n"] == dag.exp.evaluation.n_examples
+    whole = json.loads(dag.eval_plan_json("R04", plan.eval_group(dag.exp, "R04", "cond_cfg2_val")))
+    assert whole["samplers"]["cond_cfg2_val"]["n"] == dag.exp.evaluation.n_examples
+
+
 def test_the_paper_config_plans_without_a_figure_id_in_the_workflow():
     """Every figure's inputs come from its registry entry: no rule file names an id."""
     config = load("paper.yaml")

@@ -78,6 +78,8 @@ def setting_text(row: pd.Series | dict) -> str:
     parts.append(f"SC-CFG {float(row['sc_cfg']):g}")
     if row.get("task") in ("translation", "summarization"):
         parts.append(f"input CFG {float(row['input_cfg']):g}")
+        if int(row.get("n_examples") or 0):
+            parts.append(f"first {int(row['n_examples'])} examples")
     return ", ".join(parts)
 
 

@@ -15,7 +15,7 @@ seeds of the interrupted one (``elf sample``'s own resume).
 
 ``--plan`` is JSON: ``{"run": name, "task": ..., "n": samples or examples per seed, "batch_size",
 "score_batch_size", "precision", "samplers": {name: {"settings": SamplerSettings, "seeds": [...],
-"split": conditional split}}}`` (the workflow writes it from the config). Conditional runs also take
+"split": conditional split, "n": its examples per seed, else the plan's}}}`` (the workflow writes it from the config). Conditional runs also take
 ``--eval-data`` (folder of the ``<split>.zarr`` stores) and ``--tokens``:
 
     elf evaluate --plan "$PLAN" --checkpoint results/runs/base --tokenizer results/models/tokenizer \
@@ -110,6 +110,11 @@ def check_plan(plan: dict) -> None:
         seeds = entry["seeds"]
         if not isinstance(seeds, list) or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
             raise ElfError(f"--plan: config key '{key}.seeds': got {seeds!r}; expected a list of integers")
+        n = entry.get("n", 0)
+        if "n" in entry and (plan["task"] == "unconditional" or isinstance(n, bool)
+                             or not isinstance(n, int) or n < 0):
+            raise ElfError(f"--plan: config key '{key}.n': got {n!r}; allowed: an integer >= 0 on a "
+                           "conditional task (0: every example)")
         with refused_as("--plan"):
             check_sampler(f"{key}.settings", settings)
             check_seeds(seeds, f"{key}.seeds")
@@ -200,13 +205,14 @@ def evaluate_sampler(inputs: EvalInputs, plan: dict, name: str, entry: dict, sta
 
     final = staging.with_name(staging.name.removesuffix(STAGING))
     seeds = [int(s) for s in entry["seeds"]]
-    check_sampling(seeds, plan["batch_size"], plan["n"])
+    n = int(entry.get("n", plan["n"]))  # a conditional sampler may score the split's first n examples
+    check_sampling(seeds, plan["batch_size"], n)
     conditional = plan["task"] != "unconditional"
     store = str(Path(inputs.eval_data) / f"{entry['split']}.zarr") if conditional else None
     settings = settings_of(entry["settings"], SamplerSettings, "sampler", "--plan")
     job, fields = load_job(inputs.checkpoint, settings, tokenizer_ref=inputs.tokenizer,
                            device=resolve_device(inputs.device), asked_precision=plan["precision"],
-                           n=plan["n"], store=store, tokens=inputs.tokens if conditional else None,
+                           n=n, store=store, tokens=inputs.tokens if conditional else None,
                            split=entry["split"] if conditional else None, decoder_dir=inputs.decoder)
     fields.update(run=plan["run"], sampler=name, batch_size=plan["batch_size"])
     sample_seeds(job, fields, plan["batch_size"], inputs.progress, seeds, layout.samples_dir(staging, name))
