@@ -229,6 +229,7 @@ class Dag:
         # the wildcard patterns of the rules that write stores and token ids (embed.smk, data.smk)
         self.store_pattern = layout.store_path(self.R, "{dataset}", "{embedding}", "{split}")
         self.tokens_pattern = layout.tokens_dir(self.R, "{dataset}")
+        self.shard_marker_pattern = f"{self.store_pattern}.shards/{{k}}of{{n}}.done"
         self.upstream = set(upstream_runs(exp))
         self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
         self._costs: dict[str, float] | None = None
@@ -286,7 +287,8 @@ class Dag:
     def embed_shard_markers(self, w) -> list[str]:
         """The done markers of the n shard jobs of one sharded store (n = the dataset's embed_shards)."""
         n = self.exp.datasets[w.dataset].embed_shards
-        return [f"{self.embed_store(w)}.shards/{k}of{n}.done" for k in range(n)]
+        return [self.shard_marker_pattern.format(dataset=w.dataset, embedding=w.embedding, split=w.split,
+                                                 k=k, n=n) for k in range(n)]
 
     def embed_encoder_input(self, embedding: str) -> list[str]:
         """The encoder folder when the DAG builds it (pretrained encoders load by name)."""

@@ -311,8 +311,10 @@ def check_metric_range(path: str, metrics: dict) -> None:
 
 
 def _metric_range(name: str) -> tuple[float, float | None]:
+    if name.endswith("_se"):
+        return 0.0, None  # a standard error (of a perplexity too) is any non-negative number
     if "ppl" in name:
         return 1.0, None
-    if name.startswith(("bleu", "rouge")) and not name.endswith("_se"):
+    if name.startswith(("bleu", "rouge")):
         return 0.0, 100.0
     return 0.0, None  # entropies, repetition rates, counts, standard errors: never negative

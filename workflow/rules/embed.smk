@@ -41,7 +41,7 @@ rule embed_shard:
         tokens=PLAN.tokens_pattern,
         encoder=lambda w: PLAN.embed_encoder_input(w.embedding),
     output:
-        temp(touch(PLAN.store_pattern + ".shards/{k}of{n}.done")),
+        temp(touch(PLAN.shard_marker_pattern)),
     wildcard_constraints:
         dataset=PLAN.sharded_datasets(),
         split="train",
