@@ -22,7 +22,8 @@ its EMA weights, on the test split:
     python benchmarks/conditioning.py --from-json a.json
 
 A variant is a preset name (``PRESETS``) or ``name:key=value,...``: ``task``, ``max_length``,
-``max_input_length``, ``encoder`` (``main`` or ``both``), ``encoder_steps``, ``vocab_size``
+``max_input_length``, ``pad_source`` (sources padded to ``max_input_length``: every target starts
+at the same position), ``encoder`` (``main`` or ``both``), ``encoder_steps``, ``vocab_size``
 (retrain the tokenizer at that size on all corpora), and dotted keys into the run's settings
 (``objective.label_drop_prob``, ``budget.steps``, ``model.size`` ...); values are YAML.
 """
@@ -44,7 +45,8 @@ from elf.config import RunSettings, deep_merge, from_dict, parse_experiment
 
 TIMES = (0.1, 0.3, 0.5, 0.7, 0.9)
 TASKS = {"wmt": "translation", "copy": "translation", "xsum": "summarization"}
-DATA_KEYS = ("task", "max_length", "max_input_length", "encoder", "encoder_steps", "vocab_size")
+DATA_KEYS = ("task", "max_length", "max_input_length", "encoder", "encoder_steps", "vocab_size",
+             "pad_source")
 
 PRESETS: dict[str, dict] = {
     "copy": {"task": "copy"},
@@ -155,7 +157,7 @@ def build_task(exp, results: Path, data: dict, tokenizer, embedder) -> dict:
     for split in ("train", "validation", "test"):
         sources, targets = pairs(results / "data/corpora", data["task"], split)
         packed = pack_conditional(sources, targets, tokenizer, data["max_length"],
-                                  data["max_input_length"])
+                                  data["max_input_length"], pad_source=data["pad_source"])
         x, x_nosource = embed_rows(embedder, packed)
         out[split] = dict(packed=packed, x=x, x_nosource=x_nosource, sources=sources, targets=targets)
     train = out["train"]
@@ -330,7 +332,8 @@ def main() -> None:
                     max_length=overrides.get("max_length", ds.max_length),
                     max_input_length=overrides.get("max_input_length", ds.max_input_length),
                     encoder=overrides.get("encoder", "main"),
-                    encoder_steps=overrides.get("encoder_steps"), vocab_size=overrides.get("vocab_size"))
+                    encoder_steps=overrides.get("encoder_steps"), vocab_size=overrides.get("vocab_size"),
+                    pad_source=bool(overrides.get("pad_source", False)))
         steps = int(overrides.get("budget.steps", args.steps))
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
