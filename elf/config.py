@@ -202,6 +202,9 @@ class DatasetSettings:
                                       "to be checked = max_length - max_input_length", lo=1)
     max_length: int = _f(1024, help="model sequence length L", lo=2)
     max_input_length: Optional[int] = _f(None, help="conditional: source length cap", lo=1)
+    pad_source: bool = _f(False, help="conditional: pad every source to max_input_length (pad id, "
+                          "masked in the encoder), so every target starts at the same position "
+                          "(paper: the target follows the source directly)")
     max_train_sequences: int = _f(0, help="cap on packed training sequences (0 = all)", lo=0)
     prepare_shards: int = _f(1, help="contiguous shards of the train split, tokenised and packed "
                              "separately (in parallel, resumable); unconditional packing restarts "
@@ -413,6 +416,9 @@ def _check_dataset(name: str, ds: DatasetSettings) -> None:
     elif ds.target_length is not None:
         raise ConfigError(f"config key '{key}.target_length': got {ds.target_length}; only "
                           "conditional datasets have a target")
+    elif ds.pad_source:
+        raise ConfigError(f"config key '{key}.pad_source': true on an unconditional dataset; only "
+                          "conditional datasets have a source")
     if ds.test is not None and ds.source != "authors":
         raise ConfigError(f"config key '{key}.test': a raw test split is for source 'authors' "
                           f"(got source {ds.source!r})")

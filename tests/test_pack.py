@@ -189,3 +189,16 @@ def test_pack_token_pairs_pad_source_starts_every_target_at_max_input_length():
     assert out["attention_mask"].tolist() == [[1, 1, 0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0]]
     assert out["cond_seq_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]] * 2
     assert out["source_length"].tolist() == [3, 3]
+
+
+def test_config_refuses_pad_source_on_an_unconditional_dataset():
+    from pathlib import Path
+
+    import yaml
+
+    from elf.config import ConfigError, parse_experiment
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parent.parent / "config" / "config.yaml").read_text())
+    cfg["datasets"]["owt"]["pad_source"] = True
+    with pytest.raises(ConfigError, match="only conditional datasets have a source"):
+        parse_experiment(cfg)
