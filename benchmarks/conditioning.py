@@ -22,7 +22,8 @@ its EMA weights, on the test split:
     python benchmarks/conditioning.py --from-json a.json
 
 A variant is a preset name (``PRESETS``) or ``name:key=value,...``: ``task``, ``max_length``,
-``max_input_length``, ``pad_source`` (sources padded to ``max_input_length``: every target starts
+``max_input_length``, ``source_order`` (``svo``: wmt's source in the English clause order),
+``pad_source`` (sources padded to ``max_input_length``: every target starts
 at the same position), ``encoder`` (``main`` or ``both``), ``encoder_steps``, ``vocab_size``
 (retrain the tokenizer at that size on all corpora), and dotted keys into the run's settings
 (``objective.label_drop_prob``, ``budget.steps``, ``model.size`` ...); values are YAML.
@@ -46,7 +47,7 @@ from elf.config import RunSettings, deep_merge, from_dict, parse_experiment
 TIMES = (0.1, 0.3, 0.5, 0.7, 0.9)
 TASKS = {"wmt": "translation", "copy": "translation", "xsum": "summarization"}
 DATA_KEYS = ("task", "max_length", "max_input_length", "encoder", "encoder_steps", "vocab_size",
-             "pad_source")
+             "pad_source", "source_order")
 
 PRESETS: dict[str, dict] = {
     "copy": {"task": "copy"},
@@ -106,13 +107,21 @@ def nested(overrides: dict) -> dict:
 # Data: pairs → packed rows → embeddings, in memory
 # ---------------------------------------------------------------------------------------------------
 
-def pairs(corpora: Path, task: str, split: str) -> tuple[list[str], list[str]]:
+def pairs(corpora: Path, task: str, split: str, exp=None, source_order: str = "sov"
+          ) -> tuple[list[str], list[str]]:
     import datasets
 
     if task == "xsum":
         rows = datasets.load_from_disk(str(corpora / "xsum"))[split]
         return list(rows["document"]), list(rows["summary"])
-    translation = datasets.load_from_disk(str(corpora / "wmt"))[split]["translation"]
+    if source_order != "sov":  # the same documents, the source rendered in another order
+        from elf.data.corpora import build_corpus
+
+        c = exp.corpora
+        sizes = {"train": c.train_docs, "validation": c.validation_docs, "test": c.test_docs}
+        translation = build_corpus("wmt", c.seed, {split: sizes[split]}, source_order)[split]["translation"]
+    else:
+        translation = datasets.load_from_disk(str(corpora / "wmt"))[split]["translation"]
     targets = [p["en"] for p in translation]
     return ([p["de"] for p in translation] if task == "wmt" else targets), targets
 
@@ -155,7 +164,8 @@ def build_task(exp, results: Path, data: dict, tokenizer, embedder) -> dict:
 
     out = {}
     for split in ("train", "validation", "test"):
-        sources, targets = pairs(results / "data/corpora", data["task"], split)
+        sources, targets = pairs(results / "data/corpora", data["task"], split, exp,
+                                 data["source_order"])
         packed = pack_conditional(sources, targets, tokenizer, data["max_length"],
                                   data["max_input_length"], pad_source=data["pad_source"])
         x, x_nosource = embed_rows(embedder, packed)
@@ -333,7 +343,8 @@ def main() -> None:
                     max_input_length=overrides.get("max_input_length", ds.max_input_length),
                     encoder=overrides.get("encoder", "main"),
                     encoder_steps=overrides.get("encoder_steps"), vocab_size=overrides.get("vocab_size"),
-                    pad_source=bool(overrides.get("pad_source", False)))
+                    pad_source=bool(overrides.get("pad_source", False)),
+                    source_order=overrides.get("source_order", "sov"))
         steps = int(overrides.get("budget.steps", args.steps))
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:

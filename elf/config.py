@@ -170,6 +170,9 @@ class CorporaSettings:
     train_docs: int = _f(2000, help="documents / pairs in each train split", lo=1)
     validation_docs: int = _f(200, help="documents / pairs in each validation split", lo=1)
     test_docs: int = _f(200, help="documents / pairs in each test split", lo=1)
+    source_order: Literal["sov", "svo"] = _f(
+        "sov", help="clause order of wmt's invented source language: subject-object-verb with the "
+        "place before the object, or the English order (noun phrases and postpositions as in sov)")
 
 
 HUB_REVISION_HELP = "Hub revision (commit, tag or branch); null = the repo's default branch"
