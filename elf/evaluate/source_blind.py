@@ -51,3 +51,14 @@ def source_blind_scores(task: str, hypotheses: Sequence[str], references: Sequen
     ref_blind = task_score(task, references, others)
     return {"metrics": {name: {"score": scored[name], "source_blind": blind[name],
                                "reference_blind": ref_blind[name]} for name in scored}}
+
+
+def source_blind_metrics(task: str, hypotheses: Sequence[str], references: Sequence[str]) -> dict:
+    """The calibration as flat metrics beside a score file's own (``<metric>_source_blind``,
+    ``<metric>_reference_blind``): what ``elf.evaluate.metrics.conditional_metrics`` can merge so
+    that aggregates, T1 and F17 carry it."""
+    out = {}
+    for name, values in source_blind_scores(task, hypotheses, references)["metrics"].items():
+        out[f"{name}_source_blind"] = values["source_blind"]
+        out[f"{name}_reference_blind"] = values["reference_blind"]
+    return out
