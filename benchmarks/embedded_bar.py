@@ -83,7 +83,8 @@ def conditional_markdown(exp, evals: Path, runs: list[str], sampler: str) -> str
     out = [f"{sampler}, test split: score and its source-blind calibration, mean over evaluation "
            "seeds (source-blind: each output against another example's reference; refs blind: the "
            "references against each other)", "",
-           "| run | metric | score | source-blind | refs blind | score / source-blind |", "|---|---|---|---|---|---|"]
+           "| run | metric | score | source-blind | refs blind | score / source-blind |",
+           "|---|---|---|---|---|---|"]
     goals = []
     for run in runs:
         task = exp.datasets[exp.run(run).dataset].task
@@ -105,25 +106,33 @@ def conditional_markdown(exp, evals: Path, runs: list[str], sampler: str) -> str
     return "\n".join(out)
 
 
-def grammar_markdown(exp, evals: Path, args) -> str:
-    """The grammar measure of the main run's samples beside held-out and shuffled rows."""
-    from elf.data.recognize import grammar_scores
+def held_out_texts(exp, run: str) -> tuple[list[str], list[str]]:
+    """The run's dataset's held-out test rows cut at their first EOS and decoded as samples are (as
+    many as the run's samples over all evaluation seeds), and the same rows shuffled."""
     from elf.data.tokenizer import load_tokenizer
     from elf.evaluate.calibration import corrupt_rows
     from elf.evaluate.samples import reference_rows
 
     results = Path(exp.results)
     tokenizer = load_tokenizer(str(results / "models/tokenizer"))
-    dataset = exp.run(args.run).dataset
     n = exp.evaluation.n_samples * len(exp.evaluation.seeds)
-    held, _ = reference_rows(str(results / "data" / dataset / "tokens"), "test", n,
+    held, _ = reference_rows(str(results / "data" / exp.run(run).dataset / "tokens"), "test", n,
                              tokenizer.eos_token_id, tokenizer.pad_token_id)
     decode = lambda rows: [tokenizer.decode(r, skip_special_tokens=True) for r in rows]  # noqa: E731
-    lines = {f"{run} samples": grammar_scores(r["text"] for rows in seed_samples(exp, evals, run, args.sampler)
-                                              for r in rows)
+    return decode(held), decode(corrupt_rows(held, "shuffled", 0))
+
+
+def grammar_markdown(exp, evals: Path, args, held_out: tuple[list[str], list[str]] | None = None) -> str:
+    """The grammar measure of the main run's samples beside held-out and shuffled rows
+    (``held_out``: those two lists of texts, else ``held_out_texts``)."""
+    from elf.data.recognize import grammar_scores
+
+    held, shuffled = held_out or held_out_texts(exp, args.run)
+    lines = {f"{run} samples": grammar_scores(r["text"] for rows in
+                                              seed_samples(exp, evals, run, args.sampler) for r in rows)
              for run in plan.training_seed_runs(exp, args.run)}
-    lines["held-out rows (ceiling)"] = grammar_scores(decode(held))
-    lines["shuffled rows (floor)"] = grammar_scores(decode(corrupt_rows(held, "shuffled", 0)))
+    lines["held-out rows (ceiling)"] = grammar_scores(held)
+    lines["shuffled rows (floor)"] = grammar_scores(shuffled)
     out = [f"grammar measure ({args.sampler}): share of complete sentences the corpus grammar accepts, "
            "share of windows (texts with ≥ 2 accepted sentences) keeping one tense", "",
            "| text | sentences | accepted | windows | one tense |", "|---|---|---|---|---|"]
