@@ -11,7 +11,9 @@ weights, on held-out rows per t:
   factor 1 / max(1 − t, t_eps)²);
 - ``|c−u|/err``: ‖x̂_c − x̂_u‖² / ‖x̂_u − x‖², the guidance direction's size relative to the flow error;
 - ``w shift``: ‖x̂(w = w_hi) − x̂(w = w_lo)‖² / ‖x̂_u − x‖², how far the SC-CFG input moves x̂ (both
-  with self-conditioning).
+  with self-conditioning);
+and at the end the SC-CFG sweep itself: Gen. PPL and entropy of samples at each of ``--samplers``
+(default the 16-step ODE at w 0.5 and 3, F4's ends).
 
     snakemake --cores all results/embeddings/owt/encoder/train.zarr \\
         results/embeddings/owt/encoder/validation.zarr
@@ -48,6 +50,9 @@ def parse_args() -> argparse.Namespace:
                    help="measure every N steps (a multiple of the run's log_every)")
     p.add_argument("--rows", type=int, default=128, help="held-out rows measured")
     p.add_argument("--w", type=float, nargs=2, default=[0.5, 3.0], metavar=("LO", "HI"))
+    p.add_argument("--samplers", nargs="*", default=["ode16_w0.5", "ode16_w3"],
+                   help="samplers whose Gen. PPL / entropy are measured at the end (the SC-CFG sweep)")
+    p.add_argument("--samples", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write every number to this JSON file")
@@ -85,7 +90,7 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from recipe import HeldOut, build, parse_candidate, resolve, train_candidate
+    from recipe import HeldOut, build, generate, parse_candidate, resolve, text_metrics, train_candidate
 
     from elf.config import parse_experiment
     from elf.data.tokenizer import load_tokenizer
@@ -93,7 +98,11 @@ def main() -> None:
 
     exp = parse_experiment(yaml.safe_load(Path(args.config).read_text()))
     results = Path(args.results or exp.results)
-    vocab = len(load_tokenizer(str(results / "models/tokenizer")))
+    tokenizer = load_tokenizer(str(results / "models/tokenizer"))
+    vocab = len(tokenizer)
+    from elf.evaluate.scorer import load_scorer
+
+    scorer = load_scorer(results / "models/scorer") if args.samplers else None
     report = {"args": vars(args), "variants": {}}
     for text in args.variants:
         name, overrides = parse_candidate(text)
@@ -116,9 +125,17 @@ def main() -> None:
         final = guidance_table(model.eval(), held.x, held.valid, run.objective.noise_scale,
                                run.objective.t_eps, tuple(args.w), args.seed)
         tables[args.steps] = final
-        report["variants"][name] = dict(overrides=overrides, train_s=seconds,
+        sweep = {}
+        for sampler_name in args.samplers:
+            _, sampler = resolve(exp, args.run, overrides, sampler_name)
+            texts = generate(model, sampler, args.samples, source.seq_len, source.dim, tokenizer, args.seed)
+            sweep[sampler_name] = text_metrics(texts, scorer)
+        report["variants"][name] = dict(overrides=overrides, train_s=seconds, sweep=sweep,
                                         tables={str(k): v for k, v in sorted(tables.items())})
         print_tables(name, tables, args.w)
+        for sampler_name, m in sweep.items():
+            print(f"{name} {sampler_name}: Gen. PPL {m['gen_ppl']:.2f}, entropy {m['entropy']:.3f}, "
+                  f"repetition {m['repetition']:.3f} ({args.samples} samples, seed {args.seed})")
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 
