@@ -6,6 +6,16 @@ the evaluation seeds), and the Dataset and calibration lines (``results/scores/_
 then states the bar: Gen. PPL ≤ ``--max-gen-ppl``, entropy ≥ the Dataset line's − ``--max-entropy-drop``,
 repetition ≤ ``--max-repetition``, and Gen. PPL against twice the Dataset line's (the goal).
 
+Beside the bar, two readings of mechanisms (goals, not part of the exit status):
+- the conditional runs (``--conditional``, at ``--cond-sampler``): BLEU / ROUGE on the test split
+  against their source-blind calibration (``elf.evaluate.source_blind``: each output against another
+  example's reference; the references against each other), mean over evaluation seeds, and the
+  goals WMT BLEU ≥ 20 and ≥ 5× its source-blind score, XSum ROUGE-2 ≥ 2× its source-blind score;
+- the grammar measure (``elf.data.recognize``): the share of complete sentences the corpus grammar
+  accepts and of windows keeping one tense, for the main run's samples (every training seed and
+  evaluation seed), held-out rows cut as samples are (the ceiling) and the same rows shuffled (the
+  floor).
+
     snakemake --cores all && python benchmarks/embedded_bar.py
     python benchmarks/embedded_bar.py --readme README.md            # the README quotes the same checks
 """
@@ -35,6 +45,8 @@ def main() -> int:
     p.add_argument("--max-gen-ppl", type=float, default=150.0)
     p.add_argument("--max-entropy-drop", type=float, default=0.3)
     p.add_argument("--max-repetition", type=float, default=0.2)
+    p.add_argument("--conditional", nargs="*", default=["wmt", "xsum"], help="conditional runs")
+    p.add_argument("--cond-sampler", default="cond_cfg2")
     p.add_argument("--readme", help="check the bar block of this README against the run (or --update it)")
     p.add_argument("--update", action="store_true", help="with --readme: rewrite the block")
     args = p.parse_args()
@@ -49,7 +61,86 @@ def main() -> int:
     if args.readme:
         return quote_in_readme(Path(args.readme), text, args.update)
     print(text)
+    print("\n" + grammar_markdown(exp, evals, args))
+    cond = [run for run in args.conditional if run in exp.runs]
+    if cond:
+        print("\n" + conditional_markdown(exp, evals, cond, args.cond_sampler))
     return 0 if ok else 1
+
+
+def seed_samples(exp, evals: Path, run: str, sampler: str) -> list[list[dict]]:
+    """The sample rows of (run, sampler), one list per evaluation seed."""
+    from elf.artifacts.records import read_samples
+
+    return [read_samples(plan.samples_file(evals, exp, run, sampler, seed))[1]
+            for seed in plan.seeds_of(exp, run, sampler)]
+
+
+def conditional_markdown(exp, evals: Path, runs: list[str], sampler: str) -> str:
+    """Each conditional run's scores beside their source-blind calibration, and the goals."""
+    from elf.evaluate.source_blind import source_blind_scores
+
+    out = [f"{sampler}, test split: score and its source-blind calibration, mean over evaluation "
+           "seeds (source-blind: each output against another example's reference; refs blind: the "
+           "references against each other)", "",
+           "| run | metric | score | source-blind | refs blind | score / source-blind |",
+           "|---|---|---|---|---|---|"]
+    goals = []
+    for run in runs:
+        task = exp.datasets[exp.run(run).dataset].task
+        per_seed = [source_blind_scores(task, [r["text"] for r in rows], [r["reference"] for r in rows])
+                    ["metrics"] for rows in seed_samples(exp, evals, run, sampler)]
+        for metric in per_seed[0]:
+            mean = {k: sum(m[metric][k] for m in per_seed) / len(per_seed)
+                    for k in ("score", "source_blind", "reference_blind")}
+            ratio = mean["score"] / max(mean["source_blind"], 1e-9)
+            out.append(f"| {run} | {metric} | {mean['score']:.2f} | {mean['source_blind']:.2f} | "
+                       f"{mean['reference_blind']:.2f} | {ratio:.1f} |")
+            if task == "translation" and metric == "bleu":
+                goals.append((f"goal: {run} BLEU ≥ 20 and ≥ 5× source-blind",
+                              mean["score"] >= 20 and ratio >= 5))
+            if task == "summarization" and metric == "rouge2":
+                goals.append((f"goal: {run} ROUGE-2 ≥ 2× source-blind", ratio >= 2))
+    out.append("")
+    out += [f"- {text}: {'met' if ok else 'NOT met'}" for text, ok in goals]
+    return "\n".join(out)
+
+
+def held_out_texts(exp, run: str) -> tuple[list[str], list[str]]:
+    """The run's dataset's held-out test rows cut at their first EOS and decoded as samples are (as
+    many as the run's samples over all evaluation seeds), and the same rows shuffled."""
+    from elf.data.tokenizer import load_tokenizer
+    from elf.evaluate.calibration import corrupt_rows
+    from elf.evaluate.samples import reference_rows
+
+    results = Path(exp.results)
+    tokenizer = load_tokenizer(str(results / "models/tokenizer"))
+    n = exp.evaluation.n_samples * len(exp.evaluation.seeds)
+    held, _ = reference_rows(str(results / "data" / exp.run(run).dataset / "tokens"), "test", n,
+                             tokenizer.eos_token_id, tokenizer.pad_token_id)
+    decode = lambda rows: [tokenizer.decode(r, skip_special_tokens=True) for r in rows]  # noqa: E731
+    return decode(held), decode(corrupt_rows(held, "shuffled", 0))
+
+
+def grammar_markdown(exp, evals: Path, args, held_out: tuple[list[str], list[str]] | None = None) -> str:
+    """The grammar measure of the main run's samples beside held-out and shuffled rows
+    (``held_out``: those two lists of texts, else ``held_out_texts``)."""
+    from elf.data.recognize import grammar_scores
+
+    held, shuffled = held_out or held_out_texts(exp, args.run)
+    lines = {f"{run} samples": grammar_scores(r["text"] for rows in
+                                              seed_samples(exp, evals, run, args.sampler) for r in rows)
+             for run in plan.training_seed_runs(exp, args.run)}
+    lines["held-out rows (ceiling)"] = grammar_scores(held)
+    lines["shuffled rows (floor)"] = grammar_scores(shuffled)
+    out = [f"grammar measure ({args.sampler}): share of complete sentences the corpus grammar accepts, "
+           "share of windows (texts with ≥ 2 accepted sentences) keeping one tense", "",
+           "| text | sentences | accepted | windows | one tense |", "|---|---|---|---|---|"]
+    fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    for name, g in lines.items():
+        out.append(f"| {name} | {g['sentences']} | {fmt(g['accepted'])} | {g['windows']} | "
+                   f"{fmt(g['one_tense'])} |")
+    return "\n".join(out)
 
 
 def bar_markdown(args, rows, dataset) -> tuple[str, bool]:

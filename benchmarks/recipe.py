@@ -9,7 +9,9 @@ EMA weights:
 - decode cross-entropy on held-out rows (the training decode-noise distribution);
 - samples from the sampler ``--sampler`` (default the paper's 32-step system setting: SDE γ 1.5,
   SC-CFG 3) with the candidate's noise scale and time distribution: Gen. PPL and entropy under the
-  embedded scorer, and repetition (share of a sample's most frequent word);
+  embedded scorer, repetition (share of a sample's most frequent word) and the grammar measure
+  (``elf.data.recognize``: share of complete sentences the corpus grammar accepts, and of samples
+  keeping one tense);
 beside calibration lines: held-out rows cut at their first EOS as samples are (and whole), the same
 rows with their tokens shuffled, i.i.d. unigram tokens.
 
@@ -238,8 +240,12 @@ def text_metrics(texts: list[str], scorer) -> dict:
     model, tokenizer = scorer
     context = scoring_context(model)
     ppl = gen_ppl(texts, model, tokenizer, batch_size=64, progress=False, max_length=context)
+    from elf.data.recognize import grammar_scores
+
+    grammar = grammar_scores(texts)
     return dict(gen_ppl=ppl["gen_ppl"], entropy=text_entropy(texts, tokenizer, context)["entropy"],
-                repetition=repetition(texts)["repetition"])
+                repetition=repetition(texts)["repetition"], grammar=grammar["accepted"],
+                one_tense=grammar["one_tense"])
 
 
 def calibration(results: Path, tokenizer, scorer, n: int, seed: int) -> dict[str, dict]:
@@ -323,17 +329,19 @@ def print_table(rows, calib, args) -> None:
     print(f"\nsampler {args.sampler}, {args.samples} samples, EMA weights; L2 ratio = held-out x̂ "
           f"error / per-channel linear denoiser's\n")
     print(f"| {'candidate':<24} | steps | train s | L2 ratio {ratio_cols} | decode CE | Gen. PPL "
-          f"| entropy | repetition |")
-    print("|" + "---|" * 8)
+          f"| entropy | repetition | grammar | one tense |")
+    print("|" + "---|" * 10)
+    share = lambda m, k: "–" if m.get(k) is None else f"{m[k]:.3f}"  # noqa: E731 (older JSON: none)
     for name, m in rows:
         ratios = " ".join(f"{r:<6.3f}" for r in m["ratios"])
         print(f"| {name:<24} | {m['steps']:5d} | {m['train_s']:7.0f} | {'':8} {ratios} | "
               f"{m['decode_ce']:9.3f} | {m['gen_ppl']:8.1f} | {m['entropy']:7.3f} | "
-              f"{m['repetition']:10.3f} |")
+              f"{m['repetition']:10.3f} | {share(m, 'grammar')} | {share(m, 'one_tense')} |")
     for name, m in calib.items():
         blank = " " * 8
         print(f"| {name:<24} |       |         | {blank} {'':{6 * len(TIMES) + len(TIMES) - 1}} | "
-              f"{'':9} | {m['gen_ppl']:8.1f} | {m['entropy']:7.3f} | {m['repetition']:10.3f} |")
+              f"{'':9} | {m['gen_ppl']:8.1f} | {m['entropy']:7.3f} | {m['repetition']:10.3f} | "
+              f"{share(m, 'grammar')} | {share(m, 'one_tense')} |")
     for name, m in rows:
         print_trajectory(name, m.get("log", ()))
 

@@ -173,6 +173,9 @@ class CorporaSettings:
     train_docs: int = _f(2000, help="documents / pairs in each train split", lo=1)
     validation_docs: int = _f(200, help="documents / pairs in each validation split", lo=1)
     test_docs: int = _f(200, help="documents / pairs in each test split", lo=1)
+    source_order: Literal["sov", "svo"] = _f(
+        "sov", help="clause order of wmt's invented source language: subject-object-verb with the "
+        "place before the object, or the English order (noun phrases and postpositions as in sov)")
 
 
 HUB_REVISION_HELP = "Hub revision (commit, tag or branch); null = the repo's default branch"
@@ -205,6 +208,9 @@ class DatasetSettings:
                                       "to be checked = max_length - max_input_length", lo=1)
     max_length: int = _f(1024, help="model sequence length L", lo=2)
     max_input_length: Optional[int] = _f(None, help="conditional: source length cap", lo=1)
+    pad_source: bool = _f(False, help="conditional: pad every source to max_input_length (pad id, "
+                          "masked in the encoder), so every target starts at the same position "
+                          "(paper: the target follows the source directly)")
     max_train_sequences: int = _f(0, help="cap on packed training sequences (0 = all)", lo=0)
     prepare_shards: int = _f(1, help="contiguous shards of the train split, tokenised and packed "
                              "separately (in parallel, resumable); unconditional packing restarts "

@@ -161,6 +161,9 @@ def _check_dataset(name: str, ds: DatasetSettings) -> None:
     elif ds.target_length is not None:
         raise ConfigError(f"config key '{key}.target_length': got {ds.target_length}; only "
                           "conditional datasets have a target")
+    elif ds.pad_source:
+        raise ConfigError(f"config key '{key}.pad_source': true on an unconditional dataset; only "
+                          "conditional datasets have a source")
     if ds.test is not None and ds.source != "authors":
         raise ConfigError(f"config key '{key}.test': a raw test split is for source 'authors' "
                           f"(got source {ds.source!r})")

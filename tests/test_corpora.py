@@ -274,6 +274,11 @@ def test_source_sentence_hand_made():
     expected = (f"{S['fox']} {S['grey']} {S['the']} {S['stream']} {S['the']} {S['near']} "
                 f"{S['rabbit']}en {S['some']} {S['chase']}ut.")
     assert C.render_source(doc) == expected[0].upper() + expected[1:]
+    svo = (f"{S['fox']} {S['grey']} {S['the']} {S['chase']}ut {S['rabbit']}en {S['some']} "
+           f"{S['stream']} {S['the']} {S['near']}.")
+    assert C.render_source(doc, "svo") == svo[0].upper() + svo[1:]
+    with pytest.raises(ValueError, match="unknown source order"):
+        C.render_source(doc, "vso")
 
 
 def test_translation_pairs_are_consistent():

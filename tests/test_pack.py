@@ -179,3 +179,27 @@ def test_prepare_errors_are_clean(inputs, tmp_path):
         _prepare(inputs, tmp_path / "x", task="translation", source="embedded", name="owt",
                  max_length=64, max_input_length=8)
     assert not (tmp_path / "x").exists()
+
+
+def test_pack_token_pairs_pad_source_starts_every_target_at_max_input_length():
+    out = pack_token_pairs([[5, 6], [7, 8, 9, 10]], [[3], [4, 4]], EOS, max_length=8,
+                           max_input_length=3, source_pad_id=0)
+    assert out["input_ids"].tolist() == [[5, 6, 0, 3, EOS, EOS, EOS, EOS],
+                                         [7, 8, 9, 4, 4, EOS, EOS, EOS]]
+    assert out["attention_mask"].tolist() == [[1, 1, 0, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0]]
+    assert out["cond_seq_mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]] * 2
+    assert out["source_length"].tolist() == [3, 3]
+
+
+def test_config_refuses_pad_source_on_an_unconditional_dataset():
+    from pathlib import Path
+
+    import yaml
+
+    from elf.config import ConfigError
+    from elf.validate import parse_experiment
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parent.parent / "config" / "config.yaml").read_text())
+    cfg["datasets"]["owt"]["pad_source"] = True
+    with pytest.raises(ConfigError, match="only conditional datasets have a source"):
+        parse_experiment(cfg)

@@ -15,8 +15,9 @@ grammar's own metadata (``english_words``) rather than on strings. From the same
 
 - ``render_english(doc)``: the English text (the "owt" corpus, the WMT target, the XSum document);
 - ``render_source(doc)``: an invented "source language" (WMT's ``de`` side): every lemma maps to one
-  invented stem, subject-object-verb order, adjectives after the noun, determiners after the noun,
-  postpositions, and suffixes for plural nouns and for verb tense/number;
+  invented stem, subject-object-verb order (or, ``source_order: svo``, the English clause order),
+  adjectives after the noun, determiners after the noun, postpositions, and suffixes for plural
+  nouns and for verb tense/number;
 - ``summarize(doc)``: a one-sentence summary fixed by the content: the topic's setting, the entity that
   is subject most often, and its most frequent action.
 
@@ -135,21 +136,25 @@ def _np_source(np_: NounPhrase) -> list[str]:
     return words
 
 
-def source_tokens(clause: Clause) -> list[str]:
-    """The clause in the source language: S [NP P] [O | ADJ] V, noun-adjective-determiner."""
-    words = _np_source(clause.subject)
-    if clause.prep:
-        words += _np_source(clause.place) + [SOURCE_STEMS[clause.prep]]
-    if clause.obj:
-        words += _np_source(clause.obj)
+SOURCE_ORDERS = ("sov", "svo")
+
+
+def source_tokens(clause: Clause, order: str = "sov") -> list[str]:
+    """The clause in the source language, noun-adjective-determiner and postpositions; ``sov``:
+    S [NP P] [O | ADJ] V; ``svo`` (the English clause order): S V [O | ADJ] [NP P]."""
+    if order not in SOURCE_ORDERS:
+        raise ValueError(f"unknown source order {order!r} ({', '.join(SOURCE_ORDERS)})")
+    subject = _np_source(clause.subject)
+    place = _np_source(clause.place) + [SOURCE_STEMS[clause.prep]] if clause.prep else []
+    rest = _np_source(clause.obj) if clause.obj else []
     if clause.complement:
-        words.append(SOURCE_STEMS[clause.complement])
-    words.append(SOURCE_STEMS[clause.verb] + VERB_SUFFIX[(clause.tense, clause.subject.number)])
-    return words
+        rest.append(SOURCE_STEMS[clause.complement])
+    verb = [SOURCE_STEMS[clause.verb] + VERB_SUFFIX[(clause.tense, clause.subject.number)]]
+    return subject + place + rest + verb if order == "sov" else subject + verb + rest + place
 
 
-def render_source(doc: Document) -> str:
-    return " ".join(_sentence(source_tokens(c)) for c in doc.clauses)
+def render_source(doc: Document, order: str = "sov") -> str:
+    return " ".join(_sentence(source_tokens(c, order)) for c in doc.clauses)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -204,9 +209,9 @@ def owt_rows(rng: random.Random, n: int) -> dict[str, list]:
     return {"text": [render_english(d) for d in docs]}
 
 
-def wmt_rows(rng: random.Random, n: int) -> dict[str, list]:
+def wmt_rows(rng: random.Random, n: int, order: str = "sov") -> dict[str, list]:
     docs = [generate_document(rng, 1, 2) for _ in tqdm(range(n), desc="wmt", leave=False)]
-    return {"translation": [{"de": render_source(d), "en": render_english(d)} for d in docs]}
+    return {"translation": [{"de": render_source(d, order), "en": render_english(d)} for d in docs]}
 
 
 def xsum_rows(rng: random.Random, n: int, id_offset: int) -> dict[str, list]:
@@ -225,11 +230,13 @@ _FEATURES = {
 }
 
 
-def build_corpus(name: str, seed: int, sizes: dict[str, int]) -> datasets.DatasetDict:
-    """One corpus (``name`` in ``CORPUS_NAMES``) with a split per entry of ``sizes``."""
+def build_corpus(name: str, seed: int, sizes: dict[str, int],
+                 source_order: str = "sov") -> datasets.DatasetDict:
+    """One corpus (``name`` in ``CORPUS_NAMES``) with a split per entry of ``sizes`` (wmt: its
+    source language in ``source_order``)."""
     makers: dict[str, Callable[[random.Random, int, str], dict[str, list]]] = {
         "owt": lambda rng, n, split: owt_rows(rng, n),
-        "wmt": lambda rng, n, split: wmt_rows(rng, n),
+        "wmt": lambda rng, n, split: wmt_rows(rng, n, source_order),
         "xsum": lambda rng, n, split: xsum_rows(rng, n, XSUM_ID_OFFSETS[split]),
     }
     return datasets.DatasetDict({
@@ -244,5 +251,5 @@ def build_corpora(settings) -> dict[str, datasets.DatasetDict]:
              "test": settings.test_docs}
     return {name: build_corpus(name, settings.seed,
                                sizes | ({HELDOUT_SPLIT: settings.validation_docs} if name == "owt"
-                                        else {}))
+                                        else {}), settings.source_order)
             for name in CORPUS_NAMES}

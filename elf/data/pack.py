@@ -139,9 +139,14 @@ def pad_token_rows(rows: Sequence[Sequence[int]], pad_id: int, max_length: int) 
 
 def pack_token_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequence[int]],
                      eos_id: int, max_length: int, max_input_length: int,
-                     append_eos: bool = True) -> dict[str, np.ndarray]:
+                     append_eos: bool = True, source_pad_id: int | None = None) -> dict[str, np.ndarray]:
     """One ``[source[:max_input_length] ; target ; eos]`` row per pair, truncated / EOS-padded
-    (``append_eos`` False: no EOS after the target, as the authors' collate)."""
+    (``append_eos`` False: no EOS after the target, as the authors' collate).
+
+    ``source_pad_id`` given: every source is padded with it to ``max_input_length`` (attention_mask
+    0 there, cond_seq_mask 1, ``source_length`` = ``max_input_length``), so every target starts at
+    the same position — a fixed offset between a target token and the source it reads (the
+    embedded config's choice for its small networks; the paper's layout is the default)."""
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
     n = len(sources)
@@ -151,17 +156,29 @@ def pack_token_pairs(sources: Sequence[Sequence[int]], targets: Sequence[Sequenc
     source_length = np.zeros(n, dtype=np.int32)
     for row, (source, target) in enumerate(zip(sources, targets)):
         source = list(source[:max_input_length])
-        sequence = (source + list(target) + [eos_id] * append_eos)[:max_length]
-        ids[row, :len(sequence)] = sequence
-        mask[row, :len(sequence)] = 1
-        source_length[row] = min(len(source), max_length)
+        if source_pad_id is None:
+            sequence = (source + list(target) + [eos_id] * append_eos)[:max_length]
+            ids[row, :len(sequence)] = sequence
+            mask[row, :len(sequence)] = 1
+            source_length[row] = min(len(source), max_length)
+        else:
+            width = min(max_input_length, max_length)
+            sequence = (list(target) + [eos_id] * append_eos)[:max_length - width]
+            ids[row, :width] = source_pad_id
+            ids[row, :len(source)] = source
+            mask[row, :len(source)] = 1
+            ids[row, width:width + len(sequence)] = sequence
+            mask[row, width:width + len(sequence)] = 1
+            source_length[row] = width
         cond[row, :source_length[row]] = 1
     return _arrays(ids, mask, cond, source_length)
 
 
 def pack_conditional(sources: Sequence[str], targets: Sequence[str], tokenizer, max_length: int,
-                     max_input_length: int) -> dict[str, np.ndarray]:
-    """Tokenise source/target texts and pack them (``pack_token_pairs``) with the tokenizer's EOS."""
+                     max_input_length: int, pad_source: bool = False) -> dict[str, np.ndarray]:
+    """Tokenise source/target texts and pack them (``pack_token_pairs``) with the tokenizer's EOS
+    (``pad_source``: sources padded to ``max_input_length`` with its pad id)."""
     return pack_token_pairs(tokenize(sources, tokenizer, "tokenize sources"),
                             tokenize(targets, tokenizer, "tokenize targets"),
-                            tokenizer.eos_token_id, max_length, max_input_length)
+                            tokenizer.eos_token_id, max_length, max_input_length,
+                            source_pad_id=tokenizer.pad_token_id if pad_source else None)

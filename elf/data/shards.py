@@ -108,7 +108,9 @@ def _row_batches(job: ShardJob, settings: DatasetSettings, tokenizer, progress: 
             ids = _token_ids(batch, ("condition_input_ids", "input_ids"), ("source", "target"),
                              tokenizer, job.name)
             arrays = pack_token_pairs(*ids, tokenizer.eos_token_id, settings.max_length,
-                                      settings.max_input_length, append_eos=not authors)
+                                      settings.max_input_length, append_eos=not authors,
+                                      source_pad_id=tokenizer.pad_token_id if settings.pad_source
+                                      else None)
             yield arrays | {"source_text": list(batch["source"]), "reference": list(batch["target"])}, {}
         return
     if authors:

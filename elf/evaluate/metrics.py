@@ -74,17 +74,20 @@ def conditional_metrics(hypotheses: list[str], references: list[str], task: str
                                           rouge_per_example, sentence_bleus)
 
     from elf.evaluate.uncertainty import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bleu_bootstrap_se
+    from elf.evaluate.source_blind import source_blind_metrics
 
+    # the source-blind calibration beside each score (elf/evaluate/source_blind.py)
+    blind = source_blind_metrics(task, hypotheses, references)
     if task == "translation":
         score, signature = bleu(hypotheses, references)
         per_example = [{"bleu": b} for b in sentence_bleus(hypotheses, references)]
         se = bleu_bootstrap_se(hypotheses, references, BOOTSTRAP_SEED, BOOTSTRAP_RESAMPLES)
         return ({"bleu": score, "bleu_se": se, "bleu_signature": signature,
-                 "n_examples": len(hypotheses)},
+                 "n_examples": len(hypotheses), **blind},
                 {**BLEU_SETTINGS, "se": SE_SETTINGS["translation"],
                  "bootstrap_seed": BOOTSTRAP_SEED, "bootstrap_resamples": BOOTSTRAP_RESAMPLES},
                 per_example)
-    return (rouge(hypotheses, references), ROUGE_SETTINGS,
+    return ({**rouge(hypotheses, references), **blind}, ROUGE_SETTINGS,
             rouge_per_example(hypotheses, references))
 
 

@@ -43,9 +43,11 @@ def _table(name: str, needs: Needs = Needs()) -> Entry:
 
 
 # Forms and legends from the inventory (figures_and_tables.md §1); paper points from its tables.
+# Every frontier reads the Dataset line: its poor-quality shading is relative to it
+# (``plotting.poor_quality``).
 FIGURES: dict[str, Entry] = {
     "F1": Entry("templates.teaser_bars"),                              # T9's 32-step value
-    "F4": _frontier(DATASET_LINE, label_by="model_size"),              # T10 ODE ELF-B
+    "F4": _frontier(DATASET_LINE, label_by="model_size", sweep_note=True),  # T10 ODE ELF-B
     "F5a": _frontier(DATASET_LINE, label_by="embedding"),
     "F5b": _frontier(DATASET_LINE, label_by="decode_head"),
     "F5c": _steps(DATASET_LINE, label_by="run"),
@@ -56,14 +58,14 @@ FIGURES: dict[str, Entry] = {
     "F8": Entry("qualitative.examples_panels", Needs(samples=True)),
     "F9a": _steps(label_by="run", baselines="T4", log_y=True),
     "F9b": Entry("templates.token_bars", RUN_METADATA, {"paper": "F9b"}),
-    "F9c": _frontier(label_by="run", good_entropy_only=True),          # as the paper: entropy > 5
-    "F11": _frontier(label_by="prediction", panel_by="embedding_width"),
-    "F12": _frontier(label_by="bottleneck", panel_by="method"),
-    "F13": _frontier(label_by="denoise_prob", panel_by="method"),
-    "F14": _frontier(label_by="conditioning", panel_by="method"),
-    "F15": _frontier(label_by="optim", panel_by="method"),
+    "F9c": _frontier(DATASET_LINE, label_by="run", good_entropy_only=True),  # the paper: entropy > 5
+    "F11": _frontier(DATASET_LINE, label_by="prediction", panel_by="embedding_width"),
+    "F12": _frontier(DATASET_LINE, label_by="bottleneck", panel_by="method"),
+    "F13": _frontier(DATASET_LINE, label_by="denoise_prob", panel_by="method"),
+    "F14": _frontier(DATASET_LINE, label_by="conditioning", panel_by="method"),
+    "F15": _frontier(DATASET_LINE, label_by="optim", panel_by="method"),
     "F16a": _steps(DATASET_LINE, label_by="grid"),
-    "F16b": _frontier(label_by="run", sweep="gamma"),
+    "F16b": _frontier(DATASET_LINE, label_by="run", sweep="gamma"),
     "F17": Entry("templates.input_cfg_panels"),                        # T1 points hollow
     "F18": Entry("qualitative.trajectory_text", Needs(trajectory=True)),
 }

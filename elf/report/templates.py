@@ -13,8 +13,9 @@ Forms (inventory ``figures_and_tables.md`` §1):
 - ``token_bars``: training tokens, base training + distillation rounds stacked, ours from the runs'
   config.json / tokens.json beside the paper's Table 8 (F7c, F9b; CSV in tokens);
 - ``generic_figure``: a frontier if Gen. PPL and entropy exist, else the first metric per pair.
-Poor-quality regions (entropy < 5 or Gen. PPL > 300) are shaded as in the paper; the "Dataset" line
-(real held-out text) is drawn where the figure's inputs carry dataset scores.
+Poor-quality regions are shaded: relative to the "Dataset" line (real held-out text) where the figure's
+inputs carry dataset scores (``plotting.poor_quality``; the caption says so), else as in the paper
+(entropy < 5 or Gen. PPL > 300); the Dataset line is drawn there too.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from elf.report.paper import baseline_points
-from elf.report.plotting import (AXIS_NAMES, POOR_ENTROPY, SAMPLER_COLUMNS, FigureInputs, Recorder,
+from elf.report.plotting import (AXIS_NAMES, SAMPLER_COLUMNS, FigureInputs, Recorder, caption,
                                  draw_dataset, draw_paper, draw_series, entropy_label, finish, finite, has,
-                                 new_figure, no_data, series_colors, setting_text, split_series,
-                                 sweep_label)
+                                 new_figure, no_data, poor_quality, series_colors, setting_text,
+                                 split_series, sweep_label)
 from elf.report.results import reported_se
 from elf.report.runs import (BILLION, TokenBar, our_token_bars, paper_pd_tokens, paper_token_bar,
                              paper_tokens)
@@ -42,11 +43,13 @@ from elf.report.runs import (BILLION, TokenBar, our_token_bars, paper_pd_tokens,
 
 def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
              sweep: str = "sc_cfg", good_entropy_only: bool = False,
-             dataset_line: bool = False) -> tuple[Figure, pd.DataFrame]:
-    """Gen. PPL against entropy, a line per run/sampler setting, points labelled by ``sweep``."""
+             dataset_line: bool = False, sweep_note: bool = False) -> tuple[Figure, pd.DataFrame]:
+    """Gen. PPL against entropy, a line per run/sampler setting, points labelled by ``sweep``;
+    ``sweep_note``: the caption says whether the sweep moves the points beyond their noise."""
     df = inputs.frame
+    poor = poor_quality(df, inputs.dataset_scores)
     if good_entropy_only and has(df, "entropy"):
-        df = df[df["entropy"] > POOR_ENTROPY]  # F9c: the paper shows only entropy > 5
+        df = df[df["entropy"] > poor.entropy]  # F9c: the paper shows only entropy above its threshold
     panels = _panels(df, panel_by)
     fig, axes = new_figure(inputs, len(panels))
     rec = Recorder()
@@ -64,11 +67,10 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
                        sweep_label(sweep))
         if dataset_line:
             draw_dataset(ax, rec, panel, rows, inputs.dataset_scores, frontier=True)
-        finish(ax, "entropy", "gen_ppl", x_is_entropy=True)
-    if has(df, "decode_head") and (df["decode_head"] == False).any():  # noqa: E712  (a separate decoder)
-        fig.text(0.5, 0.005, SEPARATE_DECODER_DEVIATION, ha="center", va="bottom", fontsize=6,
-                 wrap=True, color="0.3")
-        fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))
+        finish(ax, "entropy", "gen_ppl", x_is_entropy=True, poor=poor)
+    separate = has(df, "decode_head") and (df["decode_head"] == False).any()  # noqa: E712
+    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, inputs.figure_id) if sweep_note else "",
+                  SEPARATE_DECODER_DEVIATION if separate else ""])
     return fig, rec.frame()
 
 
@@ -76,6 +78,37 @@ SEPARATE_DECODER_DEVIATION = (
     "Deviation from the paper: the separate decoders (R11; R13/R14 at 768/1024-d) are built from "
     "ELF blocks (RoPE, SwiGLU); the paper states a mirror of the T5 encoder. The runs decoded "
     "through them are drawn with this difference.")
+
+
+def _se_or_zero(row: pd.Series, metric: str) -> float:
+    se = finite(reported_se(row, metric))
+    return se if math.isfinite(se) else 0.0
+
+
+def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, figure_id: str = "") -> str:
+    """Whether each series' sweep ends differ beyond twice their combined SE in Gen. PPL or
+    entropy (a guidance sweep that moves nothing says so, with its numbers)."""
+    if not has(df, "gen_ppl", "entropy", sweep):
+        return ""
+    parts, moved = [], False
+    for series in split_series(df, label_by, sweep, figure_id):
+        rows = series.rows.sort_values(sweep)
+        if len(rows) < 2:
+            continue
+        lo, hi = rows.iloc[0], rows.iloc[-1]
+        cells = []
+        for metric in ("gen_ppl", "entropy"):
+            delta = finite(hi[metric]) - finite(lo[metric])
+            noise = 2 * math.hypot(_se_or_zero(lo, metric), _se_or_zero(hi, metric))
+            moved |= abs(delta) > noise
+            cells.append(f"{AXIS_NAMES[metric]} {delta:+.2f} (2 SE {noise:.2f})")
+        parts.append(f"{series.name}: {sweep} {lo[sweep]:g} → {hi[sweep]:g} moves " + ", ".join(cells))
+    if not parts:
+        return ""
+    verdict = ("the sweep moves the points beyond their noise" if moved else
+               "the sweep is inert here: no end moves beyond twice its combined SE "
+               "(benchmarks/guidance.py measures why: self-conditioning barely changes x̂ at this scale)")
+    return "; ".join(parts) + f" — {verdict}"
 
 
 def _panels(df: pd.DataFrame, panel_by: str | None) -> list[tuple[str, pd.DataFrame]]:
@@ -195,7 +228,8 @@ def _baselines(inputs: FigureInputs, src: str, steps: tuple[int, ...] | None) ->
 # --------------------------------------------------------------------------------------------------
 
 def input_cfg_panels(inputs: FigureInputs):
-    """Input CFG against BLEU (De-En) and ROUGE-L (XSum) (paper Fig. 17; T1 points hollow)."""
+    """Input CFG against BLEU (De-En) and ROUGE-L (XSum) (paper Fig. 17; T1 points hollow), each
+    run beside its source-blind calibration where the aggregates carry it."""
     df = inputs.frame
     panels = [("(a) De-En", "translation", "bleu"), ("(b) XSum", "summarization", "rougeL")]
     fig, axes = new_figure(inputs, 2)
@@ -213,8 +247,27 @@ def input_cfg_panels(inputs: FigureInputs):
             draw_series(ax, rec, panel, s, colors[s.name], "input_cfg", metric, label,
                         se_prefer="examples")
             draw_paper(ax, rec, panel, s, inputs.points, "input_cfg", metric, colors[s.name], label)
+            draw_source_blind(ax, rec, panel, s, metric, colors[s.name])
         finish(ax, "input_cfg", metric, x_is_entropy=False)
     return fig, rec.frame()
+
+
+def draw_source_blind(ax, rec: Recorder, panel: str, series, metric: str, color: str) -> None:
+    """The series' source-blind calibration (``<metric>_source_blind``: its outputs scored against
+    another example's reference, ``elf.evaluate.source_blind``), dotted, where the aggregates carry it."""
+    column = f"{metric}_source_blind"
+    if column not in series.rows.columns:
+        return
+    rows = series.rows[series.rows[column].notna()].sort_values("input_cfg")
+    if rows.empty:
+        return
+    ax.plot(rows["input_cfg"], rows[column], linestyle=":", marker="x", color=color, alpha=0.7,
+            label=f"{series.name}: source-blind")
+    for _, row in rows.iterrows():
+        rec.add(panel=panel, series=f"{series.name}: source-blind", source="calibration",
+                run=row.get("run"), sampler=row.get("sampler"), input_cfg=row.get("input_cfg"),
+                x_name="input_cfg", x=row["input_cfg"], y_name=column, y=row[column],
+                label="source-blind")
 
 
 # --------------------------------------------------------------------------------------------------
