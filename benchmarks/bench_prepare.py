@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from elf.data.tokenizer import train_tokenizer
-from elf.io import read_json
+from elf.artifacts import read_json
 from elf.stages import prepare
 
 

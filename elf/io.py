@@ -191,19 +191,6 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def sha256_json(obj: Any) -> str:
     """Hex sha256 of a canonical JSON encoding (sorted keys): a config hash."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

@@ -8,7 +8,8 @@ import pytest
 
 from elf.cli import main
 from elf.evaluate.aggregate import ONE_SEED_NOTE, aggregate_metrics, aggregate_values
-from elf.io import read_json, sha256_file, write_json
+from elf.io import write_json
+from elf.artifacts import file_sha256, read_json
 
 
 def test_mean_and_se_across_seeds_by_hand():
@@ -70,7 +71,7 @@ def test_aggregate_stage(tmp_path, capsys):
     assert result["metrics"]["gen_ppl"]["se"] == pytest.approx(math.sqrt(4.0 / 3))  # var 4, n 3
     assert result["metrics"]["entropy"]["se"] == pytest.approx(math.sqrt(0.01 / 3))
     assert result["metrics"]["gen_ppl"]["per_seed"] == {"0": 30.0, "1": 34.0, "2": 32.0}
-    assert result["provenance"]["scores"] == [{"path": str(p), "sha256": sha256_file(p)} for p in paths]
+    assert result["provenance"]["scores"] == [{"path": str(p), "sha256": file_sha256(p)} for p in paths]
     # a score file of another run is refused, and nothing is written
     write_score(paths[0], 0, 30.0, 5.1, run="other")
     out.unlink()

@@ -23,7 +23,8 @@ from elf.cli import main as elf_main
 from elf.config import (BudgetSettings, DatasetSettings, EmbeddingSettings, ModelSettings, OptimSettings,
                         RunSettings, SamplerSettings, to_dict)
 from elf import audit as pv
-from elf.io import provenance, read_json, sha256_file, sha256_json, write_json
+from elf.io import provenance, sha256_json, write_json
+from elf.artifacts import file_sha256, read_json
 
 V = 48          # tokenizer vocabulary
 L = 6           # sequence length
@@ -78,7 +79,7 @@ def _score_file(samples: str, out: str, seed: int) -> None:
     from elf.artifacts.records import scorer_fingerprint
 
     header, rows = read_samples(samples)
-    record = provenance(samples=samples, samples_sha256=sha256_file(samples), task="unconditional",
+    record = provenance(samples=samples, samples_sha256=file_sha256(samples), task="unconditional",
                         metrics_settings={}, scorer="results/models/scorer",
                         **scorer_fingerprint("results/models/scorer", None))
     metrics = {"gen_ppl": 100.0 + 10 * seed, "entropy": 4.0 + seed / 8, "n_samples": len(rows)}
@@ -130,7 +131,7 @@ def _figure(aggregate: str) -> None:
     Path("config").mkdir()
     Path("config/paper_values.yaml").write_text("F9: {}\n")
     frame = pd.DataFrame([{"run": "base", "sampler": "sde8", "aggregate_path": aggregate,
-                           "aggregate_sha256": sha256_file(aggregate)}])
+                           "aggregate_sha256": file_sha256(aggregate)}])
     write_sidecar("reports", "F9", "figure", "Gen. PPL of the toy run", [Path(FIGURE)], frame, {},
                   "config/paper_values.yaml")
 
@@ -193,7 +194,7 @@ def test_complete_chain_reaches_every_link(chain_dir):
     samples = next(l for l in chain.walk() if l.kind == "samples")
     checkpoint = samples.children[0]
     weights = chain_dir / "results/runs/base/ema.safetensors"
-    assert checkpoint.sha256 == checkpoint.recorded == sha256_file(weights)
+    assert checkpoint.sha256 == checkpoint.recorded == file_sha256(weights)
     run_config = checkpoint.children[0]
     meta = read_json(chain_dir / "results/runs/base/config.json")
     assert run_config.sha256 == run_config.recorded == sha256_json(meta["run"])
@@ -214,7 +215,7 @@ def test_cli_prints_every_link_and_exits_zero(chain_dir, capsys):
     rows = [tree_row(line) for line in out.splitlines() if "  sha256 " in line]
     assert {kind for kind, _, _, _ in rows} >= set(CHAIN_KINDS)
     assert all(status == "ok" for _, _, _, status in rows)
-    ema = sha256_file(chain_dir / "results/runs/base/ema.safetensors")
+    ema = file_sha256(chain_dir / "results/runs/base/ema.safetensors")
     assert f"{chain_dir}/results/runs/base/ema.safetensors  sha256 {ema[:16]}…  ok" in out
     assert "(verified; expanded above)" in out  # the second seed's checkpoint
     assert "chain complete" in out

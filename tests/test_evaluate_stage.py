@@ -13,7 +13,7 @@ import elf.stages.evaluate as evaluate_stage
 from elf import plan
 from elf.cli import main
 from elf.validate import parse_experiment
-from elf.io import read_json
+from elf.artifacts import read_json
 from tests.test_sample_stage import SAMPLER, build_checkpoint, build_tokenizer
 from tests.test_scorer import SETTINGS as SCORER_SETTINGS
 from tests.test_scorer import corpus, scorer_dir  # noqa: F401  (fixtures)

@@ -18,7 +18,7 @@ from elf.data.corpora import build_corpora
 from elf.data.loaders import load_raw
 from elf.data.pack import StreamPacker, pack_token_streams
 from elf.data.tokenizer import load_tokenizer, train_tokenizer
-from elf.io import read_json
+from elf.artifacts import read_json
 from elf.data import shards
 from elf.stages import prepare
 

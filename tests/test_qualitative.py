@@ -10,7 +10,8 @@ import pytest
 from elf import plan
 from elf.validate import parse_experiment
 from elf.artifacts.records import write_samples
-from elf.io import read_json, write_json
+from elf.io import write_json
+from elf.artifacts import read_json
 from elf.report.plotting import write_figure
 from elf.report import registry
 from elf.report.qualitative import draw_examples, draw_trajectory, load_qualitative, median_example

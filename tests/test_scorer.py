@@ -21,7 +21,7 @@ from elf.artifacts.records import read_samples, write_samples
 from elf.evaluate.scorer import (EOS_TOKEN, load_scorer, pack_documents, save_scorer,
                                  train_bpe_tokenizer, train_scorer_model)
 from elf.evaluate.uncertainty import mean_se, ratio_ppl_se
-from elf.io import read_json, sha256_file
+from elf.artifacts import file_sha256, read_json
 from elf.stages import score as score_stage
 
 SETTINGS = {"vocab_size": 300, "layers": 1, "width": 32, "heads": 2, "steps": 40, "batch_size": 8,
@@ -127,7 +127,7 @@ def test_score_stage_unconditional(scorer_dir, tmp_path):
     assert metrics["gen_ppl_se"] > 0 and metrics["entropy_se"] == pytest.approx(
         mean_se(text_entropy(texts, tokenizer)["per_sample"]))
     assert score["samples_provenance"] == header
-    assert score["provenance"]["samples_sha256"] == sha256_file(samples)
+    assert score["provenance"]["samples_sha256"] == file_sha256(samples)
     assert score["provenance"]["scorer"] == str(scorer_dir)
     assert len(score["provenance"]["scorer_sha256"]) == 64
     assert score["provenance"]["metrics_settings"]["context"] == 32

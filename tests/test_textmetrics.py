@@ -12,7 +12,7 @@ from rouge_score import rouge_scorer
 from elf.cli import main
 from elf.artifacts.records import read_samples, write_samples
 from elf.evaluate.textmetrics import bleu, mean_and_se, rouge, rouge_per_example, sentence_bleus
-from elf.io import read_json, sha256_file
+from elf.artifacts import file_sha256, read_json
 
 REFS = ["The cat sat on the mat today .", "A quick brown fox jumps over the lazy dog .",
         "It was raining in Berlin all week .", "She is running to the station ."]
@@ -89,7 +89,7 @@ def test_score_stage_conditional(tmp_path, task):
     assert main(["score", "--samples", str(samples), "--task", task, "--out", str(out)]) == 0
     score = read_json(out)
     assert score["samples_provenance"] == header
-    assert score["provenance"]["samples_sha256"] == sha256_file(samples)
+    assert score["provenance"]["samples_sha256"] == file_sha256(samples)
     assert [e["i"] for e in score["per_sample"]] == list(range(len(HYPS)))
     if task == "translation":
         assert [e["bleu"] for e in score["per_sample"]] == pytest.approx(sentence_bleus(HYPS, REFS))

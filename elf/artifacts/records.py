@@ -24,7 +24,8 @@ from elf.artifacts.names import (HEADER_CHECKPOINT, HEADER_CHECKPOINT_SHA256, HE
                                  HEADER_RUN_CONFIG_SHA256, HEADER_SAMPLE_INPUTS, HEADER_STORE_IDENTITY,
                                  PROVENANCE, PROVENANCE_FILE, SCORER_CONFIG_SHA256, SCORER_SHA256,
                                  TOKENS_ROUNDS, TOKENS_TEACHER_SEEN)
-from elf.io import atomic_path, sha256_file, sha256_json
+from elf.io import atomic_path, sha256_json
+from elf.artifacts.checks import file_sha256
 
 
 # --------------------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def token_record(run_name: str, run_settings: dict, seq_len: int, teacher_meta: 
 def folder_sha256(folder: str | Path) -> str:
     """One hash of every file under ``folder`` (relative path -> sha256)."""
     root = Path(folder)
-    return sha256_json({str(f.relative_to(root)): sha256_file(f)
+    return sha256_json({str(f.relative_to(root)): file_sha256(f)
                         for f in sorted(root.rglob("*")) if f.is_file()})
 
 
@@ -183,7 +184,7 @@ def scorer_fingerprint(name_or_path: str, model) -> dict:
     folder = Path(name_or_path)
     if folder.is_dir():
         files = sorted(f for f in folder.iterdir() if f.is_file() and f.name != PROVENANCE_FILE)
-        return {SCORER_SHA256: sha256_json({f.name: sha256_file(f) for f in files})}
+        return {SCORER_SHA256: sha256_json({f.name: file_sha256(f) for f in files})}
     return {SCORER_CONFIG_SHA256: sha256_json(model.config.to_dict()),
             "scorer_revision": getattr(model.config, "_commit_hash", None)}
 

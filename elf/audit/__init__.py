@@ -49,7 +49,6 @@ selected metric's number at the aggregate and score links.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from elf.artifacts.layout import SAMPLES_SUFFIX
@@ -60,7 +59,7 @@ from elf.audit.inputs import InputLinks
 from elf.audit.links import (BROKEN, CHANGED, MISSING, NAMED, NOT_RECORDED, OK, OK_STATUSES, AuditError,
                              Link, Selection, parse_cell)
 from elf.audit.results import ResultLinks, sidecar_of
-from elf.io import read_json
+from elf.artifacts import ArtifactError, read_json
 
 __all__ = ["BROKEN", "CHANGED", "MISSING", "NAMED", "NOT_RECORDED", "OK", "OK_STATUSES", "AuditError",
            "Link", "Selection", "Tracer", "artifact_kind", "audit", "cell_names", "parse_cell"]
@@ -85,7 +84,7 @@ def artifact_kind(path: Path) -> str:
     if path.suffix == ".json":
         try:
             record = read_json(path)
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, ArtifactError) as err:
             raise AuditError(f"{path}: cannot read ({err})") from err
         if isinstance(record, dict):
             if SIDECAR_AGGREGATES in record and SIDECAR_FILES in record:

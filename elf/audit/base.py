@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from elf.audit.links import BROKEN, CHANGED, MISSING, NOT_RECORDED, Link, Selection
-from elf.io import sha256_file
+from elf.artifacts import file_sha256
 
 
 class TracerBase:
@@ -16,7 +16,6 @@ class TracerBase:
     def __init__(self, root: str | Path | None = None, selection: Selection = Selection()):
         self.root = Path(root) if root is not None else Path.cwd()
         self.selection = selection
-        self._hashes: dict[Path, str] = {}
         self._expanded: set = set()
 
     def resolve(self, path: str | Path) -> Path:
@@ -24,10 +23,7 @@ class TracerBase:
         return path if path.is_absolute() else self.root / path
 
     def file_sha256(self, path: Path) -> str:
-        key = path.resolve()
-        if key not in self._hashes:
-            self._hashes[key] = sha256_file(path)
-        return self._hashes[key]
+        return file_sha256(path)  # hashed once per process (elf.artifacts.checks)
 
     def first_time(self, link: Link, *key: Any) -> bool:
         """True the first time a link is met; later meetings are marked ``repeated``."""

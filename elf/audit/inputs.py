@@ -16,7 +16,8 @@ from elf.artifacts.names import (DATASETS_FINGERPRINT, EMA_WEIGHTS, ENCODER_WEIG
 from elf.artifacts.checks import store_problems
 from elf.audit.base import TracerBase
 from elf.audit.links import BROKEN, CHANGED, MISSING, NAMED, NOT_RECORDED, Link
-from elf.io import read_json, sha256_json
+from elf.io import sha256_json
+from elf.artifacts import read_json
 
 
 def released_info(released: dict) -> dict:

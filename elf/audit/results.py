@@ -16,7 +16,7 @@ from elf.artifacts.names import (HEADER_CHECKPOINT, HEADER_CHECKPOINT_SHA256, HE
 from elf.artifacts.records import read_samples_header, scorer_fingerprint, texts_sha256
 from elf.audit.base import TracerBase
 from elf.audit.links import BROKEN, MISSING, NAMED, AuditError, Link
-from elf.io import read_json
+from elf.artifacts import ArtifactError, read_json
 
 
 def _metric_entry(entry: Any) -> Any:
@@ -49,7 +49,7 @@ class ResultLinks(TracerBase):
                              f"was deleted: rerun the report rule)")
         try:
             record = read_json(sidecar)
-        except (OSError, ValueError) as err:
+        except (OSError, ArtifactError) as err:
             raise AuditError(f"{sidecar}: cannot read the sidecar ({err})") from err
         out_dir = sidecar.parent.parent
         if path == sidecar:
@@ -110,7 +110,7 @@ class ResultLinks(TracerBase):
         """The evaluation seed a score file's samples header names (None if unreadable)."""
         try:
             return read_json(self.resolve(score_path or "")).get(SAMPLES_HEADER, {}).get("seed")
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ArtifactError, AttributeError):
             return None
 
     def scores(self, path: str | Path, recorded: str | None, named_by: str | None,

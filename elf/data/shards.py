@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from elf.config import DatasetSettings, content_settings
 from elf.errors import ElfError
-from elf.io import atomic_path, read_json, sha256_file, sha256_json, write_json
+from elf.io import atomic_path, sha256_json, write_json
+from elf.artifacts import ArtifactError, file_sha256, read_json
 
 SPLITS = ("train", "validation", "test")
 BATCH_DOCUMENTS = 1000      # documents (or pairs) tokenised per batch: the memory of one process
@@ -70,7 +71,7 @@ class ShardJob:
             return False
         try:
             return read_json(self.marker).get("identity") == self.identity
-        except (OSError, ValueError):
+        except (OSError, ArtifactError, AttributeError):
             return False
 
 
@@ -164,7 +165,7 @@ def pack_shard(job: ShardJob, settings: DatasetSettings, tokenizer, progress: bo
                     counts["rows"] += len(arrays["input_ids"])
                     counts["real_tokens"] += int(np.sum(arrays["attention_mask"], dtype=np.int64))
     record = {"identity": job.identity, "split": job.split, "shard": [job.index, job.count],
-              "raw_documents": len(job.data), "sha256": sha256_file(job.path), **counts}
+              "raw_documents": len(job.data), "sha256": file_sha256(job.path), **counts}
     write_json(job.marker, record)  # written last: marks the shard done
     return record
 

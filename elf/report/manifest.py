@@ -23,12 +23,13 @@ import pandas as pd
 from elf.artifacts.layout import MANIFEST, sidecar_path
 from elf.artifacts.names import (PROVENANCE, SCORES, SIDECAR_AGGREGATES, SIDECAR_DATASET_SCORES,
                                  SIDECAR_FILES, SIDECAR_PAPER_VALUES, SIDECAR_RUN_METADATA, SIDECAR_SHOWN)
-from elf.io import atomic_path, provenance, read_json, sha256_file, write_json
+from elf.io import atomic_path, provenance, write_json
+from elf.artifacts import file_sha256, read_json
 from elf.report.results import MissingInputError
 
 
 def _file_entry(path: Path, out_dir: Path) -> dict:
-    return {"path": path.relative_to(out_dir).as_posix(), "sha256": sha256_file(path)}
+    return {"path": path.relative_to(out_dir).as_posix(), "sha256": file_sha256(path)}
 
 
 def aggregate_entries(frame: pd.DataFrame) -> list[dict]:
@@ -56,7 +57,7 @@ def write_sidecar(out_dir: str | Path, figure_id: str, kind: str, title: str,
         SIDECAR_DATASET_SCORES: [{"dataset": name, "path": s["path"], "sha256": s["sha256"]}
                                  for name, s in dataset_scores.items()],
         SIDECAR_PAPER_VALUES: {"path": str(paper_values_path),
-                               "sha256": sha256_file(paper_values_path)},
+                               "sha256": file_sha256(paper_values_path)},
         PROVENANCE: provenance(),
     }
     path = sidecar_path(out_dir, figure_id, kind)
@@ -68,7 +69,7 @@ def _check(path: Path, recorded: str | None, what: str) -> str:
     """Current sha256 of ``path``; missing or changed since rendering is an error naming ``what``."""
     if not path.is_file():
         raise MissingInputError(f"missing {path}; rerun {what}")
-    digest = sha256_file(path)
+    digest = file_sha256(path)
     if recorded is not None and digest != recorded:
         raise MissingInputError(f"{path} changed after it was used (recorded sha256 "
                                 f"{recorded[:12]}…, now {digest[:12]}…); rerun {what}")
@@ -87,7 +88,7 @@ def _id_section(out_dir: Path, figure_id: str, kind: str, title: str) -> list[st
         path = out_dir / entry["path"]
         role = " (plotted numbers)" if kind == "figure" and path.suffix == ".csv" else ""
         lines.append(f"- `{path.as_posix()}`  sha256 {_check(path, entry['sha256'], rule)}{role}")
-    lines.append(f"- `{sidecar.as_posix()}`  sha256 {sha256_file(sidecar)} (provenance)")
+    lines.append(f"- `{sidecar.as_posix()}`  sha256 {file_sha256(sidecar)} (provenance)")
     lines += ["", "Numbers from:"]
     for agg in record[SIDECAR_AGGREGATES]:
         digest = _check(Path(agg["path"]), agg["sha256"], rule)

@@ -32,7 +32,7 @@ from elf.artifacts.layout import trajectory_path
 from elf.artifacts.names import PER_SAMPLE
 from elf.artifacts.records import read_samples
 from elf.config import Experiment
-from elf.io import read_json, sha256_file
+from elf.artifacts import file_sha256, read_json
 from elf.report.plotting import FigureInputs
 from elf.report.results import MissingInputError, figure_pairs
 
@@ -88,8 +88,8 @@ def load_examples(exp: Experiment, figure_id: str, evals_root: str | Path) -> li
             source=row.get("source"), reference=row.get("reference"),
             metrics={m: chosen.get(m) for m in SHOWN_METRICS[task]},
             n_examples=len(score[PER_SAMPLE]),
-            files=[{"path": str(samples_path), "sha256": sha256_file(samples_path)},
-                   {"path": str(scores_path), "sha256": sha256_file(scores_path)}]))
+            files=[{"path": str(samples_path), "sha256": file_sha256(samples_path)},
+                   {"path": str(scores_path), "sha256": file_sha256(scores_path)}]))
     return examples
 
 
@@ -99,7 +99,7 @@ def load_trajectory(exp: Experiment, figure_id: str, trajectories_root: str | Pa
     path = _need(trajectory_path(trajectories_root, run, sampler),
                  f"the `trajectory` rule (run {run}, sampler {sampler})")
     return dict(run=run, sampler=sampler, blob=read_json(path),
-                files=[{"path": str(path), "sha256": sha256_file(path)}])
+                files=[{"path": str(path), "sha256": file_sha256(path)}])
 
 
 def load_qualitative(exp: Experiment, figure_id: str, needs: Needs, evals_root, trajectories_root

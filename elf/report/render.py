@@ -21,7 +21,8 @@ from elf import plan
 from elf.artifacts.layout import TRENDS_FILE, kind_dir, rendered_names
 from elf.artifacts.names import SIDECAR_RUN_METADATA, SIDECAR_SHOWN
 from elf.config import Experiment
-from elf.io import atomic_path, read_json, write_json
+from elf.io import atomic_path, write_json
+from elf.artifacts import read_json
 from elf.report import manifest, registry, review, trends
 from elf.report.cells import TableInputs, write_table
 from elf.report.paper import load_paper_values, paper_points

@@ -30,7 +30,7 @@ from elf import plan
 from elf.artifacts.layout import dataset_scores_path
 from elf.artifacts.names import METRICS
 from elf.config import Experiment, SamplerSettings
-from elf.io import read_json, sha256_file
+from elf.artifacts import file_sha256, read_json
 
 AGGREGATE_RULE = "the `evaluate` rule (`elf evaluate`: sample, score, aggregate)"
 DATASET_SCORE_RULE = "the dataset-score rule (`elf score` on held-out real text)"
@@ -183,7 +183,7 @@ def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], evals_root: str
                      "split": scored_split(exp, run, sampler),
                      **metric_columns(aggregate.get(METRICS, {})),
                      "bleu_signature": aggregate.get("bleu_signature"),
-                     "aggregate_path": str(path), "aggregate_sha256": sha256_file(path)})
+                     "aggregate_path": str(path), "aggregate_sha256": file_sha256(path)})
     frame = pd.DataFrame(rows)
     if frame.empty:
         frame = pd.DataFrame(columns=["run", "paper_run", "sampler", *SAMPLER_COLUMNS,
@@ -228,7 +228,7 @@ def load_dataset_scores(root: str | Path | None, datasets: Iterable[str]) -> dic
         scores[name] = {"metrics": _finite_metrics(data.get(METRICS, {})),
                         "calibration": {how: _finite_metrics(values) for how, values
                                         in data.get("calibration", {}).items()},
-                        "path": str(path), "sha256": sha256_file(path)}
+                        "path": str(path), "sha256": file_sha256(path)}
     return scores
 
 

@@ -16,7 +16,7 @@ from elf.artifacts.layout import run_config_file, run_dir, run_tokens_file
 from elf.artifacts.names import (EMA_WEIGHTS, RUN_MODEL, RUN_SETTINGS, RUN_STATS, RUN_TOKENS_FINGERPRINT,
                                  RUN_TRAIN_ROWS, TOKENS_ROUNDS, TOKENS_TEACHER_SEEN)
 from elf.artifacts.records import run_tokens
-from elf.io import read_json, sha256_file
+from elf.artifacts import file_sha256, read_json
 from elf.report.results import MissingInputError
 
 RUN_RULE = "the run's rule (`train`, `distill` or `released`)"
@@ -34,10 +34,10 @@ def load_run_meta(runs_root: str | Path, run: str) -> dict:
     tokens_path = run_tokens_file(runs_root, run)
     has_tokens = tokens_path.is_file()
     return {"run": run, "config": read_json(config_path), "config_path": str(config_path),
-            "config_sha256": sha256_file(config_path),
+            "config_sha256": file_sha256(config_path),
             "tokens": read_json(tokens_path) if has_tokens else None,
             "tokens_path": str(tokens_path) if has_tokens else None,
-            "tokens_sha256": sha256_file(tokens_path) if has_tokens else None}
+            "tokens_sha256": file_sha256(tokens_path) if has_tokens else None}
 
 
 def load_runs_meta(runs_root: str | Path, runs: Iterable[str]) -> dict[str, dict]:

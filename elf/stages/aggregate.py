@@ -23,7 +23,8 @@ from elf.artifacts.checks import check_metric_range
 from elf.artifacts.names import METRICS, PROVENANCE, SAMPLES_HEADER, SCORES
 from elf.errors import ElfError
 from elf.evaluate.aggregate import aggregate_metrics
-from elf.io import provenance, recorded_path, sha256_file, write_json
+from elf.io import provenance, recorded_path, write_json
+from elf.artifacts import file_sha256
 
 
 def register(subparsers) -> None:
@@ -70,7 +71,7 @@ def aggregate_scores(paths: list[str], run_name: str, sampler: str, staged: str 
         if seed in metrics_by_seed:
             raise ElfError(f"--scores {path}: seed {seed} is given twice")
         metrics_by_seed[seed] = score[METRICS]
-        sources.append({"path": recorded_path(path, staged), "sha256": sha256_file(path)})
+        sources.append({"path": recorded_path(path, staged), "sha256": file_sha256(path)})
         if "bleu_signature" in score[METRICS]:
             signatures.add(score[METRICS]["bleu_signature"])
     try:

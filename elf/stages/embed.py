@@ -33,7 +33,8 @@ from elf.artifacts.names import (ENCODER_WEIGHT_FILES, ENCODER_WEIGHTS_SHA256, P
                                  STORE_SOURCE, STORE_TOKENIZER, TOKENIZER_SHA256)
 from elf.errors import ElfError
 from elf.config import EmbeddingSettings, to_dict
-from elf.io import provenance, sha256_file, sha256_json
+from elf.io import provenance, sha256_json
+from elf.artifacts import file_sha256
 from elf.stages.args import parse_settings, resolve_device
 
 # Only these settings change the stored values; normalisation is applied when reading.
@@ -172,7 +173,7 @@ def encoder_identity(name_or_path: str) -> dict:
     identity.update(config_sha256=sha256_json(config), vocab_size=config.get("vocab_size"))
     for weights in ENCODER_WEIGHT_FILES:
         if (Path(name_or_path) / weights).is_file():
-            identity[ENCODER_WEIGHTS_SHA256] = sha256_file(Path(name_or_path) / weights)
+            identity[ENCODER_WEIGHTS_SHA256] = file_sha256(Path(name_or_path) / weights)
             break
     return identity
 

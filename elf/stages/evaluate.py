@@ -160,12 +160,12 @@ def evaluate_all(inputs: EvalInputs, plan: dict, ckpt_sha: str, out: Path) -> No
 def outputs_sha256(staging: Path, name: str) -> dict[str, str]:
     """The sha256 of every file one sampler's evaluation wrote (samples, scores, aggregate), by path
     under the staging folder: what its done marker vouches for."""
-    from elf.io import sha256_file
+    from elf.artifacts import file_sha256
 
     files = [p for folder in (layout.samples_dir(staging, name), layout.scores_dir(staging, name))
              for p in sorted(folder.glob("*")) if p.is_file()]
     files.append(layout.aggregate_file(staging, name))
-    return {str(p.relative_to(staging)): sha256_file(p) for p in files if p.is_file()}
+    return {str(p.relative_to(staging)): file_sha256(p) for p in files if p.is_file()}
 
 
 def _still_done(marker: Path, done: dict, staging: Path, name: str) -> bool:

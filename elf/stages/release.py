@@ -211,7 +211,7 @@ def check_embedding(emb_s) -> None:
 def check_training_config(config_path: Path | None, run_s, data_s, emb_s) -> dict | None:
     """``config.yml`` checked against the run's settings: its checked entries, its hash and path
     (None, with the embedding's normalisation checked alone, when the release has none)."""
-    from elf.io import sha256_file
+    from elf.artifacts import file_sha256
     from elf.train.released import checked_settings, config_mismatches, read_config_yml
 
     if config_path is None:
@@ -224,7 +224,7 @@ def check_training_config(config_path: Path | None, run_s, data_s, emb_s) -> dic
     if problems:
         raise ElfError(f"{config_path} (the release's training settings) does not match the run: "
                        + "; ".join(problems))
-    return {"path": str(config_path), "sha256": sha256_file(config_path),
+    return {"path": str(config_path), "sha256": file_sha256(config_path),
             "checked": checked_settings(yml)}
 
 
@@ -241,7 +241,8 @@ def release_run(settings: TrainSettings, *, source: str | None, filename: str | 
     from elf.artifacts.names import (RUN_DATASET, RUN_EMBEDDING, RUN_PARAMETERS, RUN_RELEASED,
                                      RUN_SETTINGS, RUN_STATS, RUN_STORE, RUN_STORE_IDENTITY, RUN_TOKENIZER)
     from elf.data.tokenizer import load_tokenizer
-    from elf.io import provenance, sha256_file
+    from elf.io import provenance
+    from elf.artifacts import file_sha256
     from elf.train.checkpoint import model_meta, save_final
     from elf.train.released import ReleasedCheckpointError, read_checkpoint
 
@@ -271,7 +272,7 @@ def release_run(settings: TrainSettings, *, source: str | None, filename: str | 
         RUN_STORE: None, RUN_TOKENIZER: str(tokenizer_ref), RUN_STORE_IDENTITY: None,
         RUN_STATS: {"normalization": "fixed", "mean": emb_s.mean, "std": emb_s.std},
         RUN_PARAMETERS: ema.num_parameters(),
-        RUN_RELEASED: provenance(**origin, revision=revision, sha256=sha256_file(path),
+        RUN_RELEASED: provenance(**origin, revision=revision, sha256=file_sha256(path),
                                  step=weights.step, epoch=weights.epoch, entries=weights.keys,
                                  ema_weights=weights.ema_from, raw_weights=weights.raw_from,
                                  training_config=training_config)})

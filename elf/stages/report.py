@@ -38,7 +38,7 @@ from elf.artifacts.layout import TRENDS_FILE, review_paths
 from elf.errors import ElfError
 from elf.config import ConfigError, Experiment
 from elf.validate import parse_experiment
-from elf.io import sha256_file
+from elf.artifacts import file_sha256
 
 
 def register(subparsers) -> None:
@@ -114,8 +114,8 @@ def _selected(exp: Experiment, ids: list[str] | None) -> list[str]:
 def write_manifest(exp: Experiment, ids: list[str], config: str, paper_values: str, out: Path) -> Path:
     from elf.report import manifest
 
-    header = [f"Config: `{config}`  sha256 {sha256_file(config)}",
-              f"Paper values: `{paper_values}`  sha256 {sha256_file(paper_values)}",
+    header = [f"Config: `{config}`  sha256 {file_sha256(config)}",
+              f"Paper values: `{paper_values}`  sha256 {file_sha256(paper_values)}",
               f"Scale: {exp.scale}", ""]
     return manifest.write_manifest({i: exp.figures[i] for i in ids}, out,
                                    [*review_paths(out), out / TRENDS_FILE], header)

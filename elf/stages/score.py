@@ -49,7 +49,8 @@ from elf.artifacts.names import (METRICS, PER_SAMPLE, PROVENANCE, REFERENCE_KIND
 from elf.errors import ElfError
 from elf.stages.args import resolve_device
 from elf.config import PRECISIONS
-from elf.io import atomic_dir, provenance, recorded_path, sha256_file, write_json
+from elf.io import atomic_dir, provenance, recorded_path, write_json
+from elf.artifacts import file_sha256
 
 # Heavy imports (torch, transformers, sacrebleu) happen inside the functions that need them:
 # `elf --help` imports every stage module.
@@ -196,7 +197,7 @@ def score_record(path: str, samples_header: dict, rows: list[dict], task: str, s
             raise ElfError(f"{task} scoring needs a 'reference' on every sample; missing on i={missing[:5]}")
         metrics, settings, per_sample = conditional_metrics([row["text"] for row in rows],
                                                             [row["reference"] for row in rows], task)
-    record = provenance(**{SCORED_SAMPLES: recorded_as or str(path), SAMPLES_SHA256: sha256_file(path)},
+    record = provenance(**{SCORED_SAMPLES: recorded_as or str(path), SAMPLES_SHA256: file_sha256(path)},
                         task=task, metrics_settings=settings, **named)
     return {PROVENANCE: record, SAMPLES_HEADER: samples_header, METRICS: finite_or_none(metrics),
             PER_SAMPLE: [{"i": row.get("i", k), **finite_or_none(values)}
