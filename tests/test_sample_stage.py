@@ -36,7 +36,7 @@ def build_tokenizer(path):
     tokenizer.save_pretrained(path)
 
 
-def build_checkpoint(path):
+def build_checkpoint(path, **recorded):
     model = tiny_model(0)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
@@ -45,7 +45,7 @@ def build_checkpoint(path):
     dataset = DatasetSettings(task="unconditional", source="embedded", name="toy",
                               max_length=TINY["max_length"])
     meta = model_meta(model.cfg, run=to_dict(RunSettings(dataset="toy")), dataset=to_dict(dataset),
-                      embedding=to_dict(EmbeddingSettings()))
+                      embedding=to_dict(EmbeddingSettings()), **recorded)
     save_final(path, model.state_dict(), model.state_dict(), meta)
 
 
@@ -251,6 +251,25 @@ def test_trajectory_records_closest_steps_and_ends_on_the_samples(assets, tmp_pa
     # deterministic
     assert trajectory(assets, tmp_path / "again.json", "0,0.1,0.3,0.5,0.9,1", sampler) == 0
     assert json.loads((tmp_path / "again.json").read_text())["steps"] == steps
+
+
+@pytest.mark.parametrize("command", ["sample", "trajectory"])
+def test_a_tokenizer_other_than_the_runs_is_refused_alike(assets, tmp_path, command, capsys):
+    """`elf sample` and `elf trajectory` load a checkpoint the same way (``load_checkpoint``): the
+    tokenizer must be the one the run recorded."""
+    from elf.artifacts import tokenizer_sha256
+    from elf.artifacts.names import RUN_TOKENIZER, TOKENIZER_SHA256
+
+    run = tmp_path / "run"
+    build_checkpoint(run, **{RUN_TOKENIZER: "the-runs-tokenizer", TOKENIZER_SHA256: "0" * 64})
+    assert tokenizer_sha256(assets / "tok") != "0" * 64
+    out = tmp_path / ("t.json" if command == "trajectory" else "s.jsonl")
+    extra = ["--at", "0,1"] if command == "trajectory" else ["--sampler-name", "sde3"]
+    assert main([command, "--checkpoint", str(run), "--sampler", json.dumps(SAMPLER), "--seed", "0",
+                 "--n", "2", "--tokenizer", str(assets / "tok"), "--out", str(out), *extra]) == 2
+    err = capsys.readouterr().err
+    assert f"--tokenizer {assets / 'tok'}" in err and "the-runs-tokenizer" in err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("at", ["0.5,2", "a,b", ""])

@@ -178,24 +178,36 @@ def sample_seed(job, fields: dict, batch_size: int, progress: bool, seed: int, o
 # Loading the inputs
 # --------------------------------------------------------------------------------------------------
 
-def load_job(checkpoint: Path, settings: SamplerSettings, *, tokenizer_ref: str, device,
-             asked_precision: str | None, n: int, store: str | None = None, tokens: str | None = None,
-             split: str | None = None, decoder_dir: str | None = None):
-    """The ``SamplingJob`` of one (checkpoint, sampler) and the samples-header fields it decides."""
+def load_checkpoint(checkpoint: Path, tokenizer_ref: str, device):
+    """The EMA network of a run directory, its record, and the tokenizer, checked to be the one the
+    run was trained with: the one loader of ``elf sample``, ``elf evaluate`` and ``elf trajectory``."""
     from elf.artifacts import check_tokenizer
     from elf.artifacts.names import RUN_TOKENIZER, TOKENIZER_SHA256
-    from elf.config import DatasetSettings, from_dict, to_dict
     from elf.data.tokenizer import load_tokenizer
-    from elf.flow.sampling import SamplingJob, rollout_precision
-    from elf.io import sha256_json
-    from elf.train.checkpoint import checkpoint_sha256, load_model
+    from elf.train.checkpoint import load_model
 
-    model, meta = load_model(checkpoint, "ema", device)
-    decoder, decoder_sha256 = separate_decoder(meta, decoder_dir, checkpoint, device)
+    try:
+        model, meta = load_model(checkpoint, "ema", device)
+    except FileNotFoundError as err:
+        raise ElfError(str(err)) from err
     tokenizer = load_tokenizer(tokenizer_ref)
     check_tokenizer(tokenizer_ref, {"name_or_path": meta.get(RUN_TOKENIZER),
                                     TOKENIZER_SHA256: meta.get(TOKENIZER_SHA256)},
                     f"checkpoint {checkpoint}")
+    return model, meta, tokenizer
+
+
+def load_job(checkpoint: Path, settings: SamplerSettings, *, tokenizer_ref: str, device,
+             asked_precision: str | None, n: int, store: str | None = None, tokens: str | None = None,
+             split: str | None = None, decoder_dir: str | None = None):
+    """The ``SamplingJob`` of one (checkpoint, sampler) and the samples-header fields it decides."""
+    from elf.config import DatasetSettings, from_dict, to_dict
+    from elf.flow.sampling import SamplingJob, rollout_precision
+    from elf.io import sha256_json
+    from elf.train.checkpoint import checkpoint_sha256
+
+    model, meta, tokenizer = load_checkpoint(checkpoint, tokenizer_ref, device)
+    decoder, decoder_sha256 = separate_decoder(meta, decoder_dir, checkpoint, device)
     dataset = meta[RUN_DATASET]
     check_sampler_against(meta, settings, checkpoint, n)
     rows = None

@@ -65,20 +65,16 @@ def write_trajectory(checkpoint: Path, settings, *, sampler_name: str, seed: int
 
     from elf.artifacts.names import PROVENANCE, RUN_DATASET, RUN_MODEL, RUN_SETTINGS
     from elf.config import to_dict
-    from elf.data.tokenizer import load_tokenizer
     from elf.flow.sampling import batch_generator, decoded_steps, record_trajectory, rollout_precision
     from elf.io import provenance, write_json
     from elf.precision import network_autocast
-    from elf.train.checkpoint import checkpoint_sha256, load_model
+    from elf.stages.sample import load_checkpoint
+    from elf.train.checkpoint import checkpoint_sha256
 
-    try:
-        model, meta = load_model(checkpoint, "ema", device)
-    except FileNotFoundError as err:
-        raise ElfError(str(err)) from err
+    model, meta, tokenizer = load_checkpoint(checkpoint, tokenizer_ref, device)
     task = meta[RUN_DATASET]["task"]
     if task != "unconditional":
         raise ElfError(f"{checkpoint} is a {task} run; `elf trajectory` handles unconditional runs only")
-    tokenizer = load_tokenizer(tokenizer_ref)
     generator = batch_generator(seed, 0)
     L, d = meta[RUN_MODEL]["max_length"], meta[RUN_MODEL]["d"]
     z_init = (settings.noise_scale * torch.randn(n, L, d, generator=generator)).to(device)
