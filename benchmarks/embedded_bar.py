@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from elf import plan
+from elf import pairs, plan
 from elf.validate import parse_experiment
 from elf.artifacts import read_json
 
@@ -53,7 +53,7 @@ def main() -> int:
     exp = parse_experiment(yaml.safe_load(Path(args.config).read_text()))
     evals = Path(exp.results) / "evals"
     rows = []
-    for run in plan.training_seed_runs(exp, args.run):
+    for run in pairs.training_seed_runs(exp, args.run):
         metrics = read_json(plan.aggregate_path(evals, exp, run, args.sampler))["metrics"]
         rows.append((f"{run} (training seed {exp.run(run).budget.seed})", metrics))
     dataset = read_json(Path(exp.results) / "scores" / "_dataset" / f"{exp.run(args.run).dataset}.json")
@@ -73,7 +73,7 @@ def seed_samples(exp, evals: Path, run: str, sampler: str) -> list[list[dict]]:
     from elf.artifacts.records import read_samples
 
     return [read_samples(plan.samples_file(evals, exp, run, sampler, seed))[1]
-            for seed in plan.seeds_of(exp, run, sampler)]
+            for seed in pairs.seeds_of(exp, run, sampler)]
 
 
 def conditional_markdown(exp, evals: Path, runs: list[str], sampler: str) -> str:
@@ -130,7 +130,7 @@ def grammar_markdown(exp, evals: Path, args, held_out: tuple[list[str], list[str
     held, shuffled = held_out or held_out_texts(exp, args.run)
     lines = {f"{run} samples": grammar_scores(r["text"] for rows in
                                               seed_samples(exp, evals, run, args.sampler) for r in rows)
-             for run in plan.training_seed_runs(exp, args.run)}
+             for run in pairs.training_seed_runs(exp, args.run)}
     lines["held-out rows (ceiling)"] = grammar_scores(held)
     lines["shuffled rows (floor)"] = grammar_scores(shuffled)
     out = [f"grammar measure ({args.sampler}): share of complete sentences the corpus grammar accepts, "

@@ -16,107 +16,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from elf.artifacts import layout
+from elf.artifacts.names import DECODER_WEIGHTS
 from elf.config import Experiment, content_settings, to_dict
 from elf.hub import pretrained_ref
+from elf.pairs import Needs, figure_pairs, review_pairs, run_samplers, seeds_of, upstream_runs
 from elf.plan_index import plan_index as _index
 from elf.wildcards import alternatives as _alternatives
 
 ALL_SAMPLERS = "all"  # the group name of a run's single evaluation job under group_by: run
-
-
-@dataclass(frozen=True)
-class Needs:
-    """What a figure or table reads, declared per id in ``elf.report.registry``."""
-    aggregates: bool = True      # the aggregates of its (run, sampler) pairs
-    dataset_line: bool = False   # the reference scores of each unconditional dataset ("Dataset" line)
-    run_metadata: bool = False   # its runs' config.json, and tokens.json of distillation rounds
-    samples: bool = False        # the first seed's samples and scores of its pairs
-    trajectory: bool = False     # the trajectory of its first pair
-
-
-def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
-    """(run, sampler) pairs a figure or table plots, in its order."""
-    fig = exp.figures[figure_id]
-    if fig.pairs:  # the figure names its pairs (F8: one sampler per task)
-        return [(pair.run, pair.sampler) for pair in fig.pairs]
-    return [(run, sampler) for run in fig.runs for sampler in fig.samplers]
-
-
-def trend_pairs(exp: Experiment) -> list[tuple[str, str]]:
-    """(run, sampler) pairs the trend checks compare (``trends``), each once."""
-    return list(_index(exp).trend_pairs)
-
-
-def replicates_of(exp: Experiment, run: str) -> list[str]:
-    """The training-seed replicates of ``run`` (runs with ``replicate_of: run``), in config order."""
-    return list(_index(exp).replicates.get(run, ()))
-
-
-def training_seed_runs(exp: Experiment, run: str) -> list[str]:
-    """A run and its training-seed replicates."""
-    return [run, *replicates_of(exp, run)]
-
-
-def review_pairs(exp: Experiment) -> list[tuple[str, str]]:
-    """Every (run, sampler) the replication review reads: the figures', and for the trend checks and
-    the training-seed spread each sampler a replicate is evaluated on, on each training seed."""
-    pairs: dict[tuple[str, str], None] = {}
-    for figure_id in exp.figures:
-        for pair in figure_pairs(exp, figure_id):
-            pairs.setdefault(pair)
-    for run, sampler in trend_pairs(exp):
-        for name in training_seed_runs(exp, run):
-            pairs.setdefault((name, sampler))
-    replicates = _index(exp).replicates
-    for run in exp.runs:
-        for replicate in replicates.get(run, ()):
-            for sampler in run_samplers(exp, replicate):
-                pairs.setdefault((run, sampler))
-                pairs.setdefault((replicate, sampler))
-    return list(pairs)
-
-
-def upstream_runs(exp: Experiment) -> list[str]:
-    """Trained runs that other runs wait on (distillation teachers and inits) and their replicates:
-    the DAG's critical path, which the workflow schedules first."""
-    needed = {ref for name in exp.runs for ref in (exp.run(name).teacher, exp.run(name).init_from) if ref}
-    needed = {run for run in needed if exp.run(run).kind == "train"}
-    return [name for name in exp.runs
-            if name in needed or exp.run(name).replicate_of in needed]
-
-
-def run_samplers(exp: Experiment, run: str) -> list[str]:
-    """Samplers evaluated for ``run``: those its figures and trend checks need, in first-use order. A
-    replicate (``replicate_of``) is evaluated on those of its run that the run's trend checks compare
-    or ``evaluation.replicate_samplers`` names: where a training-seed spread is read."""
-    index = _index(exp)
-    if run not in index.run_samplers:
-        parent = exp.run(run).replicate_of
-        if parent is None:
-            index.run_samplers[run] = list(index.own_samplers.get(run, ()))
-        else:
-            wanted = {s for r, s in index.trend_pairs if r == parent} | \
-                set(exp.evaluation.replicate_samplers)
-            index.run_samplers[run] = [s for s in index.own_samplers.get(parent, ()) if s in wanted]
-    return list(index.run_samplers[run])
-
-
-def evaluated_runs(exp: Experiment) -> list[str]:
-    """Runs with at least one sampler to evaluate, in config order."""
-    return [run for run in exp.runs if run_samplers(exp, run)]
-
-
-def seeds_of(exp: Experiment, run: str, sampler: str) -> tuple[int, ...]:
-    """Evaluation seeds of (run, sampler): all if a figure asks for all or a trend check compares it
-    (its evaluation-seed spread is part of the check), else the first. A replicate uses its run's."""
-    run = exp.run(run).replicate_of or run
-    seeds = exp.evaluation.seeds
-    return tuple(seeds) if (run, sampler) in _index(exp).all_seeds else tuple(seeds[:1])
 
 
 def eval_group(exp: Experiment, run: str, sampler: str) -> str:
@@ -223,13 +134,32 @@ class Dag:
         self._needs = needs
         self.R = exp.results.rstrip("/")
         self.P = exp.reports.rstrip("/")
-        self.tokenizer = self.built_or_name(exp.tokenizer, f"{self.R}/models/tokenizer")
-        self.scorer = f"{self.R}/models/scorer"
-        self.experiment_file = f"{self.R}/experiment.json"
-        # the wildcard patterns of the rules that write stores and token ids (embed.smk, data.smk)
-        self.store_pattern = layout.store_path(self.R, "{dataset}", "{embedding}", "{split}")
-        self.tokens_pattern = layout.tokens_dir(self.R, "{dataset}")
+        # Every rule's output, a pattern over the rule's wildcards composed from the layout: the rules
+        # declare these and the input functions below format them, one spelling per artifact
+        # (tests/test_workflow.py checks every job's outputs against ``output_patterns``).
+        R, P = self.R, self.P
+        self.corpora_dir = f"{R}/data/corpora"
+        self.tokenizer_dir = f"{R}/models/tokenizer"
+        self.encoder_pattern = f"{R}/models/encoder-{{encoder}}"
+        self.scorer = f"{R}/models/scorer"
+        self.tokens_pattern = layout.tokens_dir(R, "{dataset}")
+        self.store_pattern = layout.store_path(R, "{dataset}", "{embedding}", "{split}")
         self.shard_marker_pattern = f"{self.store_pattern}.shards/{{k}}of{{n}}.done"
+        self.decoder_dir_pattern = f"{R}/decoders/{{name}}"
+        self.decoder_pattern = f"{self.decoder_dir_pattern}/{DECODER_WEIGHTS}"
+        self.run_weights_pattern = str(layout.run_weights(layout.runs_root(R), "{run}"))
+        self.run_tokens_pattern = str(layout.run_tokens_file(layout.runs_root(R), "{run}"))
+        self.eval_dir_pattern = str(layout.eval_dir(layout.evals_root(R), "{run}", "{group}"))
+        self.trajectories_root = f"{R}/trajectories"
+        self.trajectory_pattern = str(layout.trajectory_path(self.trajectories_root, "{run}", "{sampler}"))
+        self.dataset_scores_root = f"{R}/scores/_dataset"
+        self.dataset_scores_pattern = str(layout.dataset_scores_path(self.dataset_scores_root, "{dataset}"))
+        self.experiment_file = f"{R}/experiment.json"
+        self.review_evals_file = f"{R}/review_evals.txt"  # `elf report --evals-from`
+        self.review_md, self.review_html = map(str, layout.review_paths(P))
+        self.trends_file = f"{P}/{layout.TRENDS_FILE}"
+        self.manifest_file = f"{P}/{layout.MANIFEST}"
+        self.tokenizer = self.built_or_name(exp.tokenizer, self.tokenizer_dir)
         self.upstream = set(upstream_runs(exp))
         self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
         self._costs: dict[str, float] | None = None
@@ -237,6 +167,21 @@ class Dag:
         self._dicts: dict[tuple[str, str], dict] = {}
 
     as_json = staticmethod(_as_json)
+
+    def rendered_pattern(self, kind: str, suffix: str) -> str:
+        """One file of the figure or table rule (``{fid}``): a rendered file or the sidecar."""
+        return str(layout.kind_dir(self.P, kind) / f"{{fid}}{suffix}")
+
+    def output_patterns(self) -> list[str]:
+        """Every pattern a rule's output is declared with."""
+        rendered = [self.rendered_pattern(kind, suffix) for kind, suffixes in layout.RENDERED_SUFFIXES.items()
+                    for suffix in (*suffixes, layout.SIDECAR_SUFFIX)]
+        return [self.corpora_dir, self.tokenizer_dir, self.encoder_pattern, self.scorer, self.tokens_pattern,
+                self.store_pattern, self.shard_marker_pattern, self.decoder_pattern,
+                self.run_weights_pattern, self.run_tokens_pattern, self.eval_dir_pattern,
+                self.trajectory_pattern, self.dataset_scores_pattern, self.experiment_file,
+                self.review_evals_file, self.review_md, self.review_html, self.trends_file,
+                self.manifest_file, *rendered]
 
     @staticmethod
     def built_or_name(settings, path: str) -> str:
@@ -247,7 +192,7 @@ class Dag:
     # ---- models and data ----
 
     def encoder_path(self, name: str) -> str:
-        return f"{self.R}/models/encoder-{name}"
+        return self.encoder_pattern.format(encoder=name)
 
     def encoder_tokens(self, w) -> str:
         """The packed tokens a built encoder learns from (its `dataset`)."""
@@ -261,7 +206,7 @@ class Dag:
         return [self.tokenizer] if self.exp.tokenizer.source == "build" else []
 
     def corpora_input(self, dataset: str) -> list[str]:
-        return [f"{self.R}/data/corpora"] if self.exp.datasets[dataset].source == "embedded" else []
+        return [self.corpora_dir] if self.exp.datasets[dataset].source == "embedded" else []
 
     def dataset_settings(self, name: str) -> dict:
         """A dataset's settings as the stages get them (without scheduling-only fields such as
@@ -352,8 +297,8 @@ class Dag:
         student (`init_from`, else the teacher)."""
         run = self.exp.run(w.run)
         return dict(store=layout.store_path(self.R, run.dataset, run.embedding, "train"),
-                    teacher=f"{self.run_dir(run.teacher)}/ema.safetensors",
-                    init=f"{self.run_dir(run.init_from or run.teacher)}/ema.safetensors")
+                    teacher=self.run_weights_pattern.format(run=run.teacher),
+                    init=self.run_weights_pattern.format(run=run.init_from or run.teacher))
 
     def released_source(self, w) -> list[str]:
         """A released run's local checkpoint file or folder (a Hub id is fetched, not an input)."""
@@ -378,11 +323,11 @@ class Dag:
     def decoder_input(self, w) -> list[str]:
         """The run's separate decoder (Fig. 5b), if it names one."""
         name = self.exp.run(w.run).decoder
-        return [f"{self.R}/decoders/{name}/model.safetensors"] if name else []
+        return [self.decoder_pattern.format(name=name)] if name else []
 
     def decoder_arg(self, w) -> str:
         name = self.exp.run(w.run).decoder
-        return f"--decoder {self.R}/decoders/{name}" if name else ""
+        return f"--decoder {self.decoder_dir_pattern.format(name=name)}" if name else ""
 
     # ---- evaluation ----
 
@@ -440,20 +385,22 @@ class Dag:
 
     def figure_files(self, fid: str) -> list[str]:
         """Every file the figure or table rule writes for ``fid`` (provenance sidecar included)."""
-        if self.exp.figures[fid].kind == "figure":
-            return [f"{self.P}/figures/{fid}{suffix}" for suffix in (".png", ".csv", ".json")]
-        return [f"{self.P}/tables/{fid}{suffix}" for suffix in (".md", ".csv", ".tex", ".json")]
+        kind = self.exp.figures[fid].kind
+        suffixes = (*layout.RENDERED_SUFFIXES[kind], layout.SIDECAR_SUFFIX)
+        return [self.rendered_pattern(kind, suffix).format(fid=fid) for suffix in suffixes]
 
     def evals_for(self, fid: str) -> list[str]:
-        """The evaluation folders holding a figure's aggregates."""
-        return self.eval_dirs(figure_pairs(self.exp, fid)) if self.needs(fid).aggregates else []
+        """The evaluation folders holding a figure's aggregates (and the samples it shows): its job's
+        ``elf report --evals``."""
+        needs = self.needs(fid)
+        return self.eval_dirs(figure_pairs(self.exp, fid)) if needs.aggregates or needs.samples else []
 
     def dataset_scores_for(self, fid: str) -> list[str]:
         """The "Dataset" line's reference scores, of each unconditional dataset of its runs."""
         if not self.needs(fid).dataset_line:
             return []
         datasets = {self.exp.run(run).dataset for run in self.exp.figures[fid].runs}
-        return [f"{self.R}/scores/_dataset/{d}.json" for d in sorted(datasets)
+        return [self.dataset_scores_pattern.format(dataset=d) for d in sorted(datasets)
                 if self.exp.datasets[d].task == "unconditional"]
 
     def run_metadata_for(self, fid: str) -> list[str]:
@@ -462,31 +409,35 @@ class Dag:
         if not self.needs(fid).run_metadata:
             return []
         runs = self.exp.figures[fid].runs
-        return [f"{self.run_dir(run)}/ema.safetensors" for run in runs] + \
-            [f"{self.run_dir(run)}/tokens.json" for run in runs if self.exp.run(run).kind == "distill"]
+        return [self.run_weights_pattern.format(run=run) for run in runs] + \
+            [self.run_tokens_pattern.format(run=run) for run in runs if self.exp.run(run).kind == "distill"]
 
     def shown_for(self, fid: str) -> list[str]:
-        """What a qualitative figure shows: the first seed's samples and scores of its pairs (their
-        evaluation folders), or the trajectory of its first pair (the `trajectory` rule)."""
-        needs, pairs = self.needs(fid), figure_pairs(self.exp, fid)
-        shown = self.eval_dirs(pairs) if needs.samples else []
-        if needs.trajectory:
-            shown += [f"{self.R}/trajectories/{run}/{sampler}.json" for run, sampler in pairs[:1]]
-        return shown
+        """The trajectory a qualitative figure shows: that of its first pair (the `trajectory` rule).
+        The samples a figure shows lie in its evaluation folders (``evals_for``)."""
+        if not self.needs(fid).trajectory:
+            return []
+        run, sampler = figure_pairs(self.exp, fid)[0]
+        return [self.trajectory_pattern.format(run=run, sampler=sampler)]
 
     def figure_settings_json(self, config: dict, fid: str) -> str:
         """A figure's slice of the config (``figure_config``), for its job's --settings."""
         return _as_json(figure_config(config, self.exp, fid))
 
     def report_args(self) -> str:
-        """`elf report` arguments: every input root (each id reads what it needs)."""
-        return (f"--evals-root {self.R}/evals --dataset-scores-root {self.R}/scores/_dataset "
-                f"--runs-root {self.R}/runs --trajectories-root {self.R}/trajectories "
+        """`elf report` arguments: the input roots besides the evaluation folders, which each rule
+        passes from its inputs (``--evals``, ``--evals-from``)."""
+        return (f"--dataset-scores-root {self.dataset_scores_root} "
+                f"--runs-root {layout.runs_root(self.R)} --trajectories-root {self.trajectories_root} "
                 f"--paper-values config/paper_values.yaml --out {self.P}")
 
+    def review_evals(self) -> list[str]:
+        """The evaluation folders the review reads: those of its pairs (``elf.pairs.review_pairs``)."""
+        return self.eval_dirs(review_pairs(self.exp))
+
     def review_inputs(self) -> list[str]:
-        """What the review reads besides the experiment: its pairs' evaluation folders, the run
-        metadata and every rendered figure and table."""
+        """What the review reads besides the experiment and its evaluation folders: the run metadata
+        and every rendered figure and table."""
         exp = self.exp
-        return [*self.eval_dirs(review_pairs(exp)), *(f for fid in exp.figures for f in self.run_metadata_for(fid)),
+        return [*(f for fid in exp.figures for f in self.run_metadata_for(fid)),
                 *(f for fid in exp.figures for f in self.figure_files(fid))]

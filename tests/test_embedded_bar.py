@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from elf import plan
+from elf import pairs, plan
 from elf.artifacts.records import write_samples
 from elf.validate import parse_experiment
 
@@ -23,7 +23,7 @@ def exp():
 
 
 def write(exp, evals, run, sampler, texts, refs=None):
-    for seed in plan.seeds_of(exp, run, sampler):
+    for seed in pairs.seeds_of(exp, run, sampler):
         rows = [dict(i=i, text=t, **({"reference": refs[i], "source": "s"} if refs else {}))
                 for i, t in enumerate(texts)]
         write_samples(plan.samples_file(evals, exp, run, sampler, seed), {"seed": seed}, rows)
@@ -41,13 +41,13 @@ def test_conditional_section_compares_each_run_with_its_source_blind_score(exp, 
 
 
 def test_grammar_section_counts_accepted_sentences_of_every_training_seed(exp, tmp_path):
-    for run in plan.training_seed_runs(exp, "base"):
+    for run in pairs.training_seed_runs(exp, "base"):
         write(exp, tmp_path, run, "sde32", ["The fox hides. The stone think.", "the owl. It hid."])
     args = type("A", (), dict(run="base", sampler="sde32"))
     held_out = (["A fox hides. It is wild."], ["wild fox. hides a It is."])
     text = embedded_bar.grammar_markdown(exp, tmp_path, args, held_out=held_out)
     base = next(line for line in text.splitlines() if line.startswith("| base samples"))
     # per seed: "The fox hides." yes, "The stone think." no, "It hid." yes ("the owl." starts lower-case)
-    n = len(plan.seeds_of(exp, "base", "sde32"))
+    n = len(pairs.seeds_of(exp, "base", "sde32"))
     assert base.split("|")[2:4] == [f" {3 * n} ", " 0.667 "]
     assert "| held-out rows (ceiling) | 2 | 1.000 | 1 | 1.000 |" in text

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import elf.stages.evaluate as evaluate_stage
+from elf import pairs
 from elf import plan
 from elf.cli import main
 from elf.validate import parse_experiment
@@ -171,16 +172,16 @@ def experiment(group_by: str):
 
 def test_plan_groups_seeds_and_paths():
     by_run, by_sampler = experiment("run"), experiment("sampler")
-    assert plan.run_samplers(by_run, "base") == ["a", "b"] and plan.run_samplers(by_run, "other") == ["b"]
-    assert plan.evaluated_runs(by_run) == ["base", "other"]
-    assert plan.seeds_of(by_run, "base", "b") == (3, 4, 5)   # F1 asks for all seeds of (base, b)
-    assert plan.seeds_of(by_run, "other", "b") == (3,)
+    assert pairs.run_samplers(by_run, "base") == ["a", "b"] and pairs.run_samplers(by_run, "other") == ["b"]
+    assert pairs.evaluated_runs(by_run) == ["base", "other"]
+    assert pairs.seeds_of(by_run, "base", "b") == (3, 4, 5)   # F1 asks for all seeds of (base, b)
+    assert pairs.seeds_of(by_run, "other", "b") == (3,)
     assert plan.eval_groups(by_run, "base") == {"all": ["a", "b"]}
     assert plan.eval_groups(by_sampler, "base") == {"a": ["a"], "b": ["b"]}
     assert plan.group_samplers(by_sampler, "base", "zzz") == []
     assert str(plan.aggregate_path("E", by_run, "base", "b")) == "E/base/all/aggregates/b.json"
     assert str(plan.samples_file("E", by_sampler, "base", "b", 4)) == "E/base/b/samples/b/seed4.jsonl"
-    assert plan.eval_dirs_of("E", by_run, plan.figure_pairs(by_run, "F2")) == ["E/base/all", "E/other/all"]
+    assert plan.eval_dirs_of("E", by_run, pairs.figure_pairs(by_run, "F2")) == ["E/base/all", "E/other/all"]
 
 
 def test_recorded_path_moves_only_paths_under_the_staging_folder():
@@ -198,4 +199,4 @@ def test_upstream_runs_are_the_distillation_teachers_and_their_replicates():
     root = Path(__file__).resolve().parents[1]
     exp = parse_experiment(yaml.safe_load((root / "config" / "config.yaml").read_text()))
     # pd_r1..pd_r5 distil `base` (teacher and first init); the later inits are distill runs, not trained.
-    assert plan.upstream_runs(exp) == ["base", "base_seed1", "base_seed2"]
+    assert pairs.upstream_runs(exp) == ["base", "base_seed1", "base_seed2"]

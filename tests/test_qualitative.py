@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from elf.report.folders import EvalFolders
 from elf import plan
 from elf.validate import parse_experiment
 from elf.artifacts.records import write_samples
@@ -66,7 +67,7 @@ def test_f8_shows_the_median_example_of_each_run_with_its_metrics(tmp_path):
                [{"gen_ppl": 30.0, "entropy": 1.0}, {"gen_ppl": 10.0, "entropy": 2.0},
                 {"gen_ppl": 20.0, "entropy": 3.0}])
     write_pair(tmp_path, "wmt", "translation", ["x", "y"], [{"bleu": 50.0}, {"bleu": 40.0}])
-    inputs = load_qualitative(experiment(), "F8", F8_NEEDS, tmp_path, None)
+    inputs = load_qualitative(experiment(), "F8", F8_NEEDS, EvalFolders.under(tmp_path), None)
     base, wmt = inputs["examples"]
     assert (base["i"], base["text"], base["metrics"]) == (2, "e f", {"gen_ppl": 20.0, "entropy": 3.0})
     assert (wmt["i"], wmt["source"], wmt["reference"]) == (1, "quelle 1", "reference 1")
@@ -81,26 +82,26 @@ def test_f8_shows_the_median_example_of_each_run_with_its_metrics(tmp_path):
 def test_f8_refuses_missing_or_old_score_files(tmp_path):
     exp = experiment()
     with pytest.raises(MissingInputError, match="sample"):
-        load_qualitative(exp, "F8", F8_NEEDS, tmp_path, None)
+        load_qualitative(exp, "F8", F8_NEEDS, EvalFolders.under(tmp_path), None)
     write_pair(tmp_path, "base", "unconditional", ["a"], [{"gen_ppl": 3.0, "entropy": 0.0}])
     write_pair(tmp_path, "wmt", "translation", ["x"], [{"bleu": 1.0}])
     path = plan.scores_file(tmp_path, experiment(), "wmt", "ode", 3)
     write_json(path, {"metrics": {}})  # written before scores carried per-sample values
     with pytest.raises(MissingInputError, match="per-sample"):
-        load_qualitative(exp, "F8", F8_NEEDS, tmp_path, None)
+        load_qualitative(exp, "F8", F8_NEEDS, EvalFolders.under(tmp_path), None)
     write_pair(tmp_path, "wmt", "translation", ["x"], [{"bleu": None}])  # nothing scored
     with pytest.raises(MissingInputError, match="seed3.json: no example has a finite bleu"):
-        load_qualitative(exp, "F8", F8_NEEDS, tmp_path, None)
+        load_qualitative(exp, "F8", F8_NEEDS, EvalFolders.under(tmp_path), None)
 
 
 def test_f18_lists_every_recorded_step_of_sequence_0(tmp_path):
     steps = [{"t": t, "step": k, "state": "x_hat" if t < 1 else "final", "texts": [f"text {k}", "other"],
               "token_ids": [[1], [2]]} for k, t in enumerate((0.0, 0.5, 1.0))]
     write_json(tmp_path / "trajectories" / "base" / "ode.json", {"provenance": {"seed": 3}, "steps": steps})
-    inputs = load_qualitative(experiment(), "F18", F18_NEEDS, None, tmp_path / "trajectories")
+    inputs = load_qualitative(experiment(), "F18", F18_NEEDS, EvalFolders.of(()), tmp_path / "trajectories")
     fig, shown = draw_trajectory(inputs, {})
     assert shown["text"].tolist() == ["text 0", "text 1", "text 2"]
     assert shown["t"].tolist() == [0.0, 0.5, 1.0] and shown["state"].iloc[-1] == "final"
     assert read_json(inputs["files"][0]["path"])["steps"] == steps
     with pytest.raises(MissingInputError, match="trajectory"):
-        load_qualitative(experiment(), "F18", F18_NEEDS, None, tmp_path / "elsewhere")
+        load_qualitative(experiment(), "F18", F18_NEEDS, EvalFolders.of(()), tmp_path / "elsewhere")

@@ -15,6 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from elf.report.folders import EvalFolders
+from elf.artifacts.layout import eval_dirs_under
 from elf import plan
 from elf.cli import main as elf_main
 from elf.validate import parse_experiment
@@ -155,7 +157,7 @@ def setup(tmp_path):
 
 
 def figure_inputs(setup, figure_id):
-    frame = figure_frame(setup["exp"], figure_id, setup["aggregates"])
+    frame = figure_frame(setup["exp"], figure_id, EvalFolders.under(setup["aggregates"]))
     scores = {"owt": {"metrics": {"gen_ppl": 14.5, "entropy": 5.45}, "path": "owt.json"}}
     return frame, FigureInputs(figure_id, "title", frame, setup["points"], scores)
 
@@ -165,7 +167,7 @@ def figure_inputs(setup, figure_id):
 # --------------------------------------------------------------------------------------------------
 
 def test_frame_has_settings_metrics_and_paths(setup):
-    frame = figure_frame(setup["exp"], "F6", setup["aggregates"])
+    frame = figure_frame(setup["exp"], "F6", EvalFolders.under(setup["aggregates"]))
     assert len(frame) == 8
     row = frame[(frame["run"] == "R02") & (frame["sampler"] == "sde64_w3")].iloc[0]
     assert (row["paper_run"], row["method"], row["steps"], row["gamma"], row["sc_cfg"]) == \
@@ -173,7 +175,7 @@ def test_frame_has_settings_metrics_and_paths(setup):
     assert row["gen_ppl"] == pytest.approx(40 / 3 + 5 + 7 - 10 + 5)
     assert row["gen_ppl_se"] == 0.8 and row["entropy_se"] == 0.01
     assert row["aggregate_path"].endswith("R02/sde64_w3/aggregates/sde64_w3.json")
-    summ = figure_frame(setup["exp"], "T1", setup["aggregates"])
+    summ = figure_frame(setup["exp"], "T1", EvalFolders.under(setup["aggregates"]))
     xsum = summ[summ["run"] == "R05"].iloc[0]
     assert xsum["rougeL_example_se"] == 0.12 and xsum["rougeL_se"] == 0.0
     assert "rougeL_se_n" not in xsum  # a per-example SE metric is not a metric of its own
@@ -182,12 +184,31 @@ def test_frame_has_settings_metrics_and_paths(setup):
 def test_missing_aggregate_names_file_and_rule(setup):
     plan.aggregate_path(setup["aggregates"], setup["exp"], "R02", "sde64_w3").unlink()
     with pytest.raises(MissingInputError) as err:
-        figure_frame(setup["exp"], "F6", setup["aggregates"])
+        figure_frame(setup["exp"], "F6", EvalFolders.under(setup["aggregates"]))
     assert "R02/sde64_w3/aggregates/sde64_w3.json" in str(err.value) and "aggregate" in str(err.value)
 
 
+def test_a_figure_reads_only_the_folders_it_is_given(setup):
+    """The report finds each pair's aggregate in the folders passed (its rule's inputs), not through
+    the plan: a run whose folders are left out is named, and an aggregate copied into another pair's
+    place is refused."""
+    exp, root = setup["exp"], setup["aggregates"]
+    pairs = plan.figure_pairs(exp, "F6")
+    given = [plan.pair_dir(root, exp, run, sampler) for run, sampler in pairs]
+    assert len(figure_frame(exp, "F6", EvalFolders.of(given))) == len(pairs)
+    left_out = [f for f in given if f.parent.name != "R02"]
+    with pytest.raises(MissingInputError, match="no folder of run R02 was given"):
+        figure_frame(exp, "F6", EvalFolders.of(left_out))
+    (run_a, sampler_a), (run_b, sampler_b) = pairs[0], next(p for p in pairs if p[0] != pairs[0][0])
+    target = plan.aggregate_path(root, exp, run_b, sampler_b)
+    target.write_text(plan.aggregate_path(root, exp, run_a, sampler_a).read_text())
+    with pytest.raises(MissingInputError, match=f"aggregate of run {run_a}, sampler {sampler_a}, "
+                                                f"not of run {run_b}"):
+        figure_frame(exp, "F6", EvalFolders.of(given))
+
+
 def test_paper_matching_rule(setup):
-    frame = figure_frame(setup["exp"], "F6", setup["aggregates"])
+    frame = figure_frame(setup["exp"], "F6", EvalFolders.under(setup["aggregates"]))
     matches = match_paper(frame, setup["points"])
     ode_w1 = frame.index[(frame["run"] == "R01") & (frame["sampler"] == "ode64_w1")][0]
     got = matches[matches["row_index"] == ode_w1].set_index("metric")["value"]
@@ -195,7 +216,7 @@ def test_paper_matching_rule(setup):
     sde_w3 = frame.index[(frame["run"] == "R02") & (frame["sampler"] == "sde64_w3")][0]
     got = matches[matches["row_index"] == sde_w3].set_index("metric")["value"]
     assert got["gen_ppl"] == 21.69  # T10 ELF-M SDE γ=1 SC-CFG 3
-    uniform = figure_frame(setup["exp"], "F16a", setup["aggregates"])
+    uniform = figure_frame(setup["exp"], "F16a", EvalFolders.under(setup["aggregates"]))
     assert match_paper(uniform[uniform["grid"] == "uniform"], setup["points"]).empty
 
 
@@ -279,7 +300,7 @@ def test_f17_panels_use_bleu_and_rouge(setup):
 # --------------------------------------------------------------------------------------------------
 
 def table_of(setup, table_id):
-    frame = figure_frame(setup["exp"], table_id, setup["aggregates"])
+    frame = figure_frame(setup["exp"], table_id, EvalFolders.under(setup["aggregates"]))
     inputs = TableInputs(table_id, "title", frame, setup["points"], setup["exp"],
                                 setup["paper_values"])
     paths = render_table(table_id, inputs, setup["tmp"] / "tables")
@@ -326,7 +347,7 @@ def test_t10_t1_t3_t4_t5_layouts(setup):
 # --------------------------------------------------------------------------------------------------
 
 def test_compare_judges_paper_values_on_made_numbers(setup):
-    frame = figure_frame(setup["exp"], "T9", setup["aggregates"])
+    frame = figure_frame(setup["exp"], "T9", EvalFolders.under(setup["aggregates"]))
     frame.loc[frame["sampler"] == "sde8_t9", ["gen_ppl", "gen_ppl_se"]] = [67.32 + 5.0, 1.0]
     frame.loc[frame["sampler"] == "sde16_t9", ["gen_ppl", "gen_ppl_se"]] = [33.66 + 3.0, 1.0]
     result = review.compare(frame, setup["points"]).set_index(["sampler", "metric"])
@@ -342,7 +363,7 @@ def test_compare_judges_paper_values_on_made_numbers(setup):
 
 def test_review_banner_trends_and_unstated(setup):
     exp = setup["exp"]
-    frame = load_rows(exp, all_pairs(exp), setup["aggregates"])
+    frame = load_rows(exp, all_pairs(exp), EvalFolders.under(setup["aggregates"]))
     comparisons = review.compare(frame, setup["points"])
     doc = review.build_review(comparisons, review.unmatched(setup["points"], comparisons),
                               "TREND TABLE HERE\n", "embedded", ["F5c γ not stated: we use 1.0"])
@@ -371,7 +392,7 @@ def test_review_banner_trends_and_unstated(setup):
 def stage_args(setup, *extra):
     config_path = setup["tmp"] / "config.yaml"
     config_path.write_text(yaml.safe_dump(setup["config"]))
-    return ["report", "--config", str(config_path), "--evals-root", str(setup["aggregates"]),
+    return ["report", "--config", str(config_path), "--evals", *map(str, eval_dirs_under(setup["aggregates"])),
             "--dataset-scores-root", str(setup["datasets"]), "--paper-values", str(PAPER_VALUES),
             "--out", str(setup["tmp"] / "reports"), *extra]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from elf.report.folders import EvalFolders
 from elf import plan
 from elf.validate import parse_experiment
 from elf.report import registry, render, review
@@ -69,7 +70,7 @@ def setup(tmp_path):
 
 def test_rows_carry_the_split_they_are_scored_on(setup):
     exp, aggregates, _ = setup
-    frame = figure_frame(exp, "T1", aggregates)
+    frame = figure_frame(exp, "T1", EvalFolders.under(aggregates))
     splits = {(r["run"], r["sampler"]): r["split"] for _, r in frame.iterrows()}
     for run in RUNS:
         assert splits[(run, "cond_cfg2")] == "test"            # evaluation.split
@@ -78,7 +79,7 @@ def test_rows_carry_the_split_they_are_scored_on(setup):
 
 def test_paper_test_values_and_readme_validation_values_match_only_their_split(setup):
     exp, aggregates, points = setup
-    frame = figure_frame(exp, "T1", aggregates)
+    frame = figure_frame(exp, "T1", EvalFolders.under(aggregates))
     matches = match_paper(frame, points[points["src"].isin(["T1", "README"])])
     for _, match in matches.iterrows():
         row = frame.loc[match["row_index"]]
@@ -92,7 +93,7 @@ def test_paper_test_values_and_readme_validation_values_match_only_their_split(s
 
 def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     exp, aggregates, points = setup
-    frame = figure_frame(exp, "T1", aggregates)
+    frame = figure_frame(exp, "T1", EvalFolders.under(aggregates))
     table = render.template("T1", "table")(TableInputs("T1", "T1", frame, points, exp))
     md = table.to_markdown()
     assert "| ELF (released checkpoints) [R04_released, R05_released] | – | 26.25 | 36.25 | " \
@@ -108,7 +109,7 @@ def test_t1_and_the_review_say_which_split_and_layout(setup, tmp_path):
     assert "| ours (cond_cfg2: ODE 64 steps, SC-CFG 1, input CFG 2) | sacreBLEU, lowercased" in md
     assert "test split from hub wmt/wmt14 de-en@b199e40" in md
 
-    rows = load_rows(exp, all_pairs(exp), aggregates)
+    rows = load_rows(exp, all_pairs(exp), EvalFolders.under(aggregates))
     comparisons = review.compare(rows, points)
     assert set(comparisons[comparisons["src"] == "README"]["split"]) == {"validation"}
     assert set(comparisons[comparisons["src"] == "T1"]["split"]) == {"test"}

@@ -16,6 +16,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from elf.report.folders import EvalFolders
+from elf.artifacts.layout import eval_dirs_under
 from elf.cli import main as elf_main
 from elf import plan
 from elf.validate import parse_experiment
@@ -115,7 +117,7 @@ def setup(tmp_path):
 
 def render_table(setup, table_id) -> dict[str, str]:
     exp = setup["exp"]
-    inputs = TableInputs(table_id, "title", figure_frame(exp, table_id, setup["aggregates"]),
+    inputs = TableInputs(table_id, "title", figure_frame(exp, table_id, EvalFolders.under(setup["aggregates"])),
                                 setup["points"], exp, setup["paper_values"],
                                 load_runs_meta(setup["runs"], exp.figures[table_id].runs))
     paths = render.render_table(table_id, inputs, setup["tmp"] / "tables")
@@ -126,7 +128,7 @@ def render_table(setup, table_id) -> dict[str, str]:
 def render_figure(setup, figure_id) -> pd.DataFrame:
     exp = setup["exp"]
     inputs = FigureInputs(figure_id, "title",
-                                  figure_frame(exp, figure_id, setup["aggregates"]),
+                                  figure_frame(exp, figure_id, EvalFolders.under(setup["aggregates"])),
                                   setup["points"], {},
                                   load_runs_meta(setup["runs"], exp.figures[figure_id].runs),
                                   setup["paper_values"])
@@ -151,7 +153,7 @@ def md_row(md: str, first_cell: str) -> list[str]:
 def test_tables_without_runs_or_samplers_are_valid(setup):
     exp = setup["exp"]
     assert exp.figures["T2"].runs == () and exp.figures["T2"].samplers == ()
-    assert figure_frame(exp, "T2", setup["aggregates"]).empty
+    assert figure_frame(exp, "T2", EvalFolders.under(setup["aggregates"])).empty
     assert load_runs_meta(setup["runs"], exp.figures["T11"].runs) == {}
 
 
@@ -279,7 +281,7 @@ def test_f1_draws_our_bar_beside_the_papers(setup):
 def stage_args(setup, *extra, runs_root=True):
     config_path = setup["tmp"] / "config.yaml"
     config_path.write_text(yaml.safe_dump(setup["config"]))
-    args = ["report", "--config", str(config_path), "--evals-root", str(setup["aggregates"]),
+    args = ["report", "--config", str(config_path), "--evals", *map(str, eval_dirs_under(setup["aggregates"])),
             "--paper-values", str(PAPER_VALUES), "--out", str(setup["tmp"] / "reports")]
     return args + (["--runs-root", str(setup["runs"])] if runs_root else []) + list(extra)
 

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from elf import plan
+from elf import pairs
 from elf.config import ConfigError
 from elf.validate import parse_experiment
 from elf.report.trends import FAILS, HOLDS, UNRESOLVED, check_trends, seed_spread_markdown, trends_markdown
@@ -112,12 +112,12 @@ def test_missing_numbers_are_not_resolved_and_the_markdown_counts_verdicts():
 
 def test_replicates_are_evaluated_on_their_runs_compared_samplers_and_spread_is_tabulated():
     exp = parse_experiment(config())
-    assert plan.run_samplers(exp, "base") == ["few", "mid", "many"]
+    assert pairs.run_samplers(exp, "base") == ["few", "mid", "many"]
     # a replicate: only what base's trend checks compare ("mid" is a figure's alone)
-    assert plan.run_samplers(exp, "base_s0") == ["few", "many"]
-    assert plan.seeds_of(exp, "base_s1", "many") == (0, 1, 2)       # a trend pair: every seed
-    assert ("base_s1", "many") in plan.review_pairs(exp) and ("base_s1", "mid") not in plan.review_pairs(exp)
-    values = {(r, s): (10.0 + i, 0.5) for i, (r, s) in enumerate(plan.review_pairs(exp))}
+    assert pairs.run_samplers(exp, "base_s0") == ["few", "many"]
+    assert pairs.seeds_of(exp, "base_s1", "many") == (0, 1, 2)       # a trend pair: every seed
+    assert ("base_s1", "many") in pairs.review_pairs(exp) and ("base_s1", "mid") not in pairs.review_pairs(exp)
+    values = {(r, s): (10.0 + i, 0.5) for i, (r, s) in enumerate(pairs.review_pairs(exp))}
     text = seed_spread_markdown(frame(values), exp, metrics=("gen_ppl",))
     assert "Training seeds of `base`: base (seed 42), base_s0 (seed 100), base_s1 (seed 101)" in text
     assert "| few | gen_ppl |" in text and "| many | gen_ppl |" in text and "| mid |" not in text
@@ -127,8 +127,8 @@ def test_replicate_samplers_adds_samplers_to_the_replicates_and_must_exist():
     cfg = config()
     cfg["evaluation"]["replicate_samplers"] = ["mid"]
     exp = parse_experiment(cfg)
-    assert plan.run_samplers(exp, "base_s1") == ["few", "mid", "many"]
-    assert ("base_s1", "mid") in plan.review_pairs(exp)
+    assert pairs.run_samplers(exp, "base_s1") == ["few", "mid", "many"]
+    assert ("base_s1", "mid") in pairs.review_pairs(exp)
     cfg["evaluation"]["replicate_samplers"] = ["nope"]
     with pytest.raises(ConfigError, match="replicate_samplers.*'nope' is not defined"):
         parse_experiment(cfg)
@@ -206,8 +206,8 @@ def test_a_figure_can_name_its_pairs_one_sampler_per_run():
                             "samplers": ["few", "many"],
                             "pairs": [{"run": "base", "sampler": "many"}, {"run": "student", "sampler": "few"}]}
     exp = parse_experiment(cfg)
-    assert plan.figure_pairs(exp, "F8") == [("base", "many"), ("student", "few")]
-    assert ("base", "few") in plan.review_pairs(exp) and ("student", "many") not in plan.review_pairs(exp)
+    assert pairs.figure_pairs(exp, "F8") == [("base", "many"), ("student", "few")]
+    assert ("base", "few") in pairs.review_pairs(exp) and ("student", "many") not in pairs.review_pairs(exp)
     cfg["figures"]["F8"]["pairs"].append({"run": "base", "sampler": "mid"})
     with pytest.raises(ConfigError, match="figures.F8.pairs.*base/mid"):
         parse_experiment(cfg)
@@ -223,7 +223,7 @@ def test_the_paper_configs_claims_each_get_a_verdict_and_the_cost_of_their_train
     rows = [{"run": r, "sampler": s, "gen_ppl": 30.0 + i, "gen_ppl_se": 0.2, "gen_ppl_n": 6,
              "entropy": 5.0, "entropy_se": 0.01, "entropy_n": 6, "bleu": 25.0 + i / 10, "bleu_se": 0.1,
              "bleu_n": 6, "rouge1": 35.0, "rouge1_se": 0.1, "rouge1_n": 6}
-            for i, (r, s) in enumerate(plan.trend_pairs(exp))]
+            for i, (r, s) in enumerate(pairs.trend_pairs(exp))]
     results = check_trends(pd.DataFrame(rows), exp)
     assert len(results) == len(exp.trends) and all(r.note != "no data" for r in results)
     text = trends_markdown(results)

@@ -128,6 +128,33 @@ def every_job(ci_run):
     return jobs
 
 
+def test_every_rule_output_is_a_plan_pattern(ci_run, every_job):
+    """Each job's outputs are the plan's output patterns (elf.plan.Dag: composed from
+    elf.artifacts.layout) filled with its wildcards, and no rule spells an output path itself."""
+    from elf.plan import Dag
+    from elf.validate import parse_experiment
+
+    dag = Dag(parse_experiment(yaml.safe_load(ci_run[1].read_text())))
+    patterns = dag.output_patterns()
+    unmatched = []
+    for job in every_job:
+        wildcards = dict(item.split("=", 1) for item in job["wildcards"].split(", ") if "=" in item)
+        filled = set()
+        for pattern in patterns:
+            try:
+                filled.add(pattern.format(**wildcards))
+            except KeyError:  # a pattern over other wildcards
+                continue
+        unmatched += [f"{job['rule']} ({job['wildcards']}): {out}" for out in job["output"] if out not in filled]
+    assert not unmatched, "outputs that are no plan pattern:\n" + "\n".join(unmatched)
+    assert {job["rule"] for job in every_job} >= {"train", "distill", "evaluate", "embed", "figure", "table"}
+    spelled = []
+    for path in sorted((ROOT / "workflow").rglob("*.smk")):
+        for block in re.findall(r"\n    output:\n((?:        .*\n|\n)+)", path.read_text()):
+            spelled += [f"{path.name}: {line.strip()}" for line in block.splitlines() if 'f"{' in line]
+    assert not spelled, "rule outputs spelled in the workflow instead of the plan: " + "; ".join(spelled)
+
+
 ELF_MODULES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "elf").rglob("*.py"))
 
 

@@ -87,6 +87,16 @@ def eval_dir(evals: str | Path, run: str, group: str) -> Path:
     return Path(evals) / run / group
 
 
+def eval_dir_run(folder: str | Path) -> str:
+    """The run whose evaluation folder ``folder`` (an ``eval_dir``) is."""
+    return Path(folder).parent.name
+
+
+def eval_dirs_under(evals: str | Path) -> list[Path]:
+    """Every evaluation folder ``<evals>/<run>/<group>/``, in name order."""
+    return sorted(p for p in Path(evals).glob("*/*") if p.is_dir())
+
+
 def run_dir(runs_root: str | Path, run: str) -> Path:
     return Path(runs_root) / run
 

@@ -21,6 +21,7 @@ import pandas as pd
 import yaml
 
 from elf import methods
+from elf.report import registry
 from elf.report.results import MissingInputError, _number
 
 
@@ -43,10 +44,6 @@ PAPER_RUN_OF = {
 README_SECTION = "authors_readme_released"
 T5_FIRST_ROUND_RUN = 30  # T5 round k is the student of run R(29 + k)
 
-
-# --------------------------------------------------------------------------------------------------
-# Which figures reuse a table's numbers (inventory §1: F4 = T10 ODE ELF-B, F6 = T10, F7 = T9, F9a = T4).
-ALSO_SHOWN_IN = {"T10": ("F6",), "T9": ("F7a", "F7b", "F1"), "T4": ("F9a",), "README": ("T1",)}
 
 # --------------------------------------------------------------------------------------------------
 POINT_COLUMNS = ("point", "entry", "src", "ids", "model", "paper_run", "task", "method", "steps",
@@ -79,10 +76,8 @@ def _paper_run(src: str, entry: dict) -> str | None:
 
 
 def _point_ids(src: str, entry: dict) -> tuple[str, ...]:
-    ids = ALSO_SHOWN_IN[src] if src == "README" else (src, *ALSO_SHOWN_IN.get(src, ()))
-    if src == "T10" and entry.get("model") == "ELF-B" and entry.get("sampler") == "ode":
-        ids += ("F4",)
-    return ids
+    shown = registry.shown_in(src, entry)  # the figures that reuse a table's numbers (inventory §1)
+    return shown if src == "README" else (src, *shown)
 
 
 def _section_defaults(key: str, section: dict) -> dict:

@@ -82,21 +82,14 @@ class Recorder:
 
 
 # --------------------------------------------------------------------------------------------------
-# Paper legends for runs whose role the figure names (inventory §3).
-PAPER_LEGEND = {"F5a": {"R01": "Pretrained encoder", "R07": "Scratch encoder",
-                        "R08": "Pretrained emb. layer", "R09": "Gaussian emb. layer",
-                        "R10": "Learnable emb. layer"},
-                "F5b": {"R01": "Shared-weight denoiser & decoder",
-                        "R12": "Separate denoiser & decoder"}}
-
-# --------------------------------------------------------------------------------------------------
 EMBEDDING_KIND_LEGEND = {"token_table": "Pretrained emb. layer", "gaussian": "Gaussian emb. layer",
                          "learned": "Learnable emb. layer", "encoder": "Encoder"}
 
 
-def describe(row: pd.Series, by: str, figure_id: str = "") -> str:
-    """A legend text for one run/sampler attribute, as the paper words it."""
-    legend = PAPER_LEGEND.get(figure_id, {})
+def describe(row: pd.Series, by: str, legend: dict | None = None) -> str:
+    """A legend text for one run/sampler attribute, as the paper words it (``legend``: the figure's
+    own words for some paper runs, from its registry entry)."""
+    legend = legend or {}
     if row.get("paper_run") in legend:
         return legend[row["paper_run"]]
     value = row.get(by)
@@ -143,7 +136,7 @@ class Series:
     rows: pd.DataFrame
 
 
-def split_series(df: pd.DataFrame, label_by: str, sweep: str, figure_id: str,
+def split_series(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | None = None,
                  fixed: tuple[str, ...] = ()) -> list[Series]:
     """Group rows into plotted lines: one per run and per sampler setting (other than ``sweep``)
     that varies within ``df``; rows of a line are sorted by ``sweep``."""
@@ -152,7 +145,7 @@ def split_series(df: pd.DataFrame, label_by: str, sweep: str, figure_id: str,
     out = []
     for _, group in df.groupby(["run", *varying], sort=False, dropna=False):
         first = group.iloc[0]
-        base = f"{describe(first, label_by, figure_id)} [{first['run']}]"
+        base = f"{describe(first, label_by, legend)} [{first['run']}]"
         suffix = [setting_text(c, first[c]) for c in varying
                   if not (c == "gamma" and not methods.uses_gamma(first["method"]))]
         name = ", ".join([base, *suffix])

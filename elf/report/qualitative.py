@@ -3,15 +3,15 @@ denoising trajectory), drawn as text panels, each with a CSV of exactly what is 
 
 Reads (never writes):
 - F8: for each (run, sampler) of the figure, the first evaluation seed's samples file and its score
-  file in the pair's evaluation folder under ``<evals_root>`` (``elf evaluate``; paths from
-  ``elf.plan``; the score's ``per_sample`` holds each sample's
+  file in the evaluation folder given that holds the pair (``elf evaluate``; found by
+  ``elf.report.folders``; the score's ``per_sample`` holds each sample's
   Gen. PPL and entropy, sentence BLEU, or ROUGE). The example shown is the **median** one by the
   task's metric (Gen. PPL, BLEU, ROUGE-L): representative rather than the best, a choice of ours —
   the paper does not say how it picked its examples (its F8 numbers are shown beside ours);
 - F18: ``<trajectories_root>/<run>/<sampler>.json`` (``elf trajectory``): sequence 0's decoded x̂ at
   each recorded time.
 
-    shown = load_qualitative(exp, "F8", registry.needs("F8", "figure"), evals_root, trajectories_root)
+    shown = load_qualitative(exp, "F8", registry.needs("F8", "figure"), folders, trajectories_root)
     fig, points = draw_examples(shown, paper_values)
 
 Which of the two an id reads is its registry entry's ``needs`` (``samples`` or ``trajectory``).
@@ -26,14 +26,14 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from elf import plan
-from elf.plan import Needs
+from elf.pairs import Needs
 from elf.artifacts.layout import trajectory_path
 from elf.artifacts.names import PER_SAMPLE
 from elf.artifacts.records import read_samples
 from elf.config import Experiment
 from elf.artifacts import file_sha256, read_json
 from elf.report.plotting import FigureInputs
+from elf.report.folders import EvalFolders
 from elf.report.results import MissingInputError, figure_pairs
 
 MAIN_METRIC = {"unconditional": "gen_ppl", "translation": "bleu", "summarization": "rougeL"}
@@ -65,14 +65,14 @@ def median_example(per_sample: list[dict], metric: str) -> dict:
     return ranked[(len(ranked) - 1) // 2]
 
 
-def load_examples(exp: Experiment, figure_id: str, evals_root: str | Path) -> list[dict]:
+def load_examples(exp: Experiment, figure_id: str, folders: EvalFolders) -> list[dict]:
     """F8: the median example of each (run, sampler), with its text, metrics and the files read."""
     seed = exp.evaluation.seeds[0]
     examples = []
     for run, sampler in figure_pairs(exp, figure_id):
         made_by = f"the `evaluate` rule (run {run}, sampler {sampler})"
-        samples_path = _need(plan.samples_file(evals_root, exp, run, sampler, seed), made_by)
-        scores_path = _need(plan.scores_file(evals_root, exp, run, sampler, seed), made_by)
+        samples_path = _need(folders.samples(run, sampler, seed), made_by)
+        scores_path = _need(folders.scores(run, sampler, seed), made_by)
         header, rows = read_samples(samples_path)
         score = read_json(scores_path)
         task = header.get("task", "unconditional")
@@ -102,14 +102,12 @@ def load_trajectory(exp: Experiment, figure_id: str, trajectories_root: str | Pa
                 files=[{"path": str(path), "sha256": file_sha256(path)}])
 
 
-def load_qualitative(exp: Experiment, figure_id: str, needs: Needs, evals_root, trajectories_root
-                     ) -> dict:
+def load_qualitative(exp: Experiment, figure_id: str, needs: Needs, folders: EvalFolders,
+                     trajectories_root) -> dict:
     """What a qualitative figure reads (by its registry ``needs``: samples, as F8, or a trajectory, as
     F18): ``{"examples" | "trajectory": ..., "files": [{"path", "sha256"}]}``."""
     if needs.samples:
-        if not evals_root:
-            raise MissingInputError(f"{figure_id} reads samples and scores: pass --evals-root")
-        examples = load_examples(exp, figure_id, evals_root)
+        examples = load_examples(exp, figure_id, folders)
         return {"examples": examples, "files": [f for e in examples for f in e["files"]]}
     if not trajectories_root:
         raise MissingInputError(f"{figure_id} reads a trajectory: pass --trajectories-root")

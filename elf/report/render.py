@@ -1,8 +1,9 @@
 """Rendering one figure or table of the config, and the replication review: load what its registry
 entry needs, draw it with its template, write its files and its provenance sidecar.
 
-``Sources`` are the report's input roots (the workflow passes its own: ``<results>/evals``,
-``<results>/scores/_dataset``, ``<results>/runs``, ``<results>/trajectories`` and the paper values).
+``Sources`` are the report's inputs: the evaluation folders of the rule's inputs (``--evals``), and
+the roots ``<results>/scores/_dataset``, ``<results>/runs``, ``<results>/trajectories`` and the paper
+values.
 
     files = render_id(exp, "F4", sources, Path("reports"))
     review_files = render_review(exp, list(exp.figures), sources, Path("reports"), unstated=[])
@@ -17,7 +18,7 @@ from typing import Callable
 
 import pandas as pd
 
-from elf import plan
+from elf import pairs
 from elf.artifacts.layout import TRENDS_FILE, kind_dir, rendered_names
 from elf.artifacts.names import SIDECAR_RUN_METADATA, SIDECAR_SHOWN
 from elf.config import Experiment
@@ -27,6 +28,7 @@ from elf.report import manifest, registry, review, trends
 from elf.report.cells import TableInputs, write_table
 from elf.report.paper import load_paper_values, paper_points
 from elf.report.plotting import FigureInputs, write_figure
+from elf.report.folders import EvalFolders
 from elf.report.qualitative import load_qualitative
 from elf.report.results import (MissingInputError, all_pairs, dataset_layout, figure_frame, figure_pairs,
                                 ids_of_pair, load_dataset_scores, load_rows)
@@ -37,16 +39,14 @@ from elf.report.runs import load_runs_meta, metadata_entries
 class Sources:
     """Where the report reads from: evaluation folders, the "Dataset" scores, run directories,
     trajectories, and the paper's values."""
-    evals: str | Path | None = None
+    evals: tuple[str | Path, ...] = ()
     dataset_scores: str | Path | None = None
     runs: str | Path | None = None
     trajectories: str | Path | None = None
     paper_values: str | Path = "config/paper_values.yaml"
 
-    def need_evals(self) -> Path:
-        if not self.evals:
-            raise MissingInputError("--evals-root is required to render figures, tables or the review")
-        return Path(self.evals)
+    def need_evals(self) -> EvalFolders:
+        return EvalFolders.of(self.evals)
 
 
 def template(figure_id: str, kind: str) -> Callable:
@@ -99,7 +99,7 @@ def render_id(exp: Experiment, figure_id: str, sources: Sources, out: Path, pdf:
     points = paper_points(paper_values)
     scores, shown = {}, {}
     if needs.samples or needs.trajectory:
-        shown = load_qualitative(exp, figure_id, needs, sources.evals, sources.trajectories)
+        shown = load_qualitative(exp, figure_id, needs, sources.need_evals(), sources.trajectories)
     if needs.dataset_line and not frame.empty:
         unconditional = frame[frame["task"] == "unconditional"]
         scores = load_dataset_scores(sources.dataset_scores, unconditional["dataset"])
@@ -144,7 +144,7 @@ def render_review(exp: Experiment, ids: list[str], sources: Sources, out: Path,
 
 def trends_section(exp: Experiment, sources: Sources) -> str:
     """The trend checks and the training-seed spread (elf/report/trends.py), as Markdown."""
-    frame: pd.DataFrame = load_rows(exp, plan.review_pairs(exp), sources.need_evals(), "trend checks")
+    frame: pd.DataFrame = load_rows(exp, pairs.review_pairs(exp), sources.need_evals(), "trend checks")
     text = trends.trends_markdown(trends.check_trends(frame, exp))
     spread = trends.seed_spread_markdown(frame, exp)
     return text + (f"\n### Training-seed spread\n\n{spread}" if spread else "")

@@ -2,13 +2,13 @@
 seed SE and seed count of every metric of its aggregate, and the scores of real held-out text.
 
 Reads (never writes):
-- the aggregate of each (run, sampler) in its evaluation folder under ``<evals_root>`` (made by the
-  ``evaluate`` rule, ``elf evaluate``; ``elf.plan.aggregate_path`` gives the path):
+- the aggregate of each (run, sampler) in the evaluation folder given that holds it (made by the
+  ``evaluate`` rule, ``elf evaluate``; found by ``elf.report.folders.EvalFolders``):
   ``{"provenance", "run", "sampler", "metrics": {name: {"mean", "se", "n", "per_seed"}}}``;
 - ``<dataset_scores_root>/<dataset>.json``: Gen. PPL / entropy of held-out real text ("Dataset" line)
   and, under ``calibration``, of the same rows shuffled and of unigram draws (calibration lines).
 
-``figure_frame(exp, id, evals_root)`` gives one row per (run, sampler) of a figure or table:
+``figure_frame(exp, id, folders)`` gives one row per (run, sampler) of a figure or table:
 run and sampler settings, metric means (``gen_ppl``), seed SEs (``gen_ppl_se``), seed counts
 (``gen_ppl_n``), per-example SEs where the aggregate carries them (metric ``rouge1_se`` →
 column ``rouge1_example_se``: their mean over seeds), the SE of the seed mean from the samples'
@@ -26,13 +26,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from elf import plan
+from elf import pairs
 from elf.artifacts.layout import dataset_scores_path
 from elf.artifacts.names import METRICS
 from elf.config import Experiment, SamplerSettings
 from elf.artifacts import file_sha256, read_json
+from elf.report.folders import AGGREGATE_RULE, EvalFolders, MissingInputError
 
-AGGREGATE_RULE = "the `evaluate` rule (`elf evaluate`: sample, score, aggregate)"
 DATASET_SCORE_RULE = "the dataset-score rule (`elf score` on held-out real text)"
 SAMPLER_COLUMNS = ("method", "steps", "gamma", "grid", "sc_cfg", "input_cfg")
 
@@ -49,10 +49,6 @@ ALL_SAMPLER_COLUMNS = tuple(f.name for f in dataclasses.fields(SamplerSettings))
 T5_WIDTHS = {"small": 512, "base": 768, "large": 1024}
 
 # --------------------------------------------------------------------------------------------------
-class MissingInputError(FileNotFoundError):
-    """An input file the report needs does not exist; the message names it and the rule that makes it."""
-
-
 def load_aggregate(path: str | Path, what: str = "") -> dict:
     """Read one aggregate JSON; a missing file raises ``MissingInputError`` naming it and its rule."""
     path = Path(path)
@@ -144,7 +140,7 @@ def figure_pairs(exp: Experiment, figure_id: str) -> list[tuple[str, str]]:
     if figure_id not in exp.figures:
         raise KeyError(f"figure/table '{figure_id}' is not defined under `figures` "
                        f"(defined: {', '.join(exp.figures)})")
-    return plan.figure_pairs(exp, figure_id)
+    return pairs.figure_pairs(exp, figure_id)
 
 
 def scored_split(exp: Experiment, run: str, sampler: str) -> str | None:
@@ -172,13 +168,19 @@ def dataset_layout(exp: Experiment, name: str) -> str:
     return f"{name} ({ds.task}): {layout}; {where}"
 
 
-def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], evals_root: str | Path,
+def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], folders: EvalFolders,
               what: str = "") -> pd.DataFrame:
-    """One row per (run, sampler) pair: settings, metrics and the aggregate's path and hash."""
+    """One row per (run, sampler) pair, from the folders given: settings, metrics and the
+    aggregate's path and hash."""
     rows = []
     for run, sampler in pairs:
-        path = plan.aggregate_path(evals_root, exp, run, sampler)
+        path = folders.aggregate(run, sampler)
         aggregate = load_aggregate(path, f"{what + ': ' if what else ''}run {run}, sampler {sampler}")
+        named = (aggregate.get("run", run), aggregate.get("sampler", sampler))
+        if named != (run, sampler):
+            raise MissingInputError(f"{path} is the aggregate of run {named[0]}, sampler {named[1]}, "
+                                    f"not of run {run}, sampler {sampler}: a copied or moved file; "
+                                    "rerun the `evaluate` rule")
         rows.append({**run_columns(exp, run), **sampler_columns(exp, sampler),
                      "split": scored_split(exp, run, sampler),
                      **metric_columns(aggregate.get(METRICS, {})),
@@ -191,9 +193,9 @@ def load_rows(exp: Experiment, pairs: Iterable[tuple[str, str]], evals_root: str
     return frame
 
 
-def figure_frame(exp: Experiment, figure_id: str, evals_root: str | Path) -> pd.DataFrame:
+def figure_frame(exp: Experiment, figure_id: str, folders: EvalFolders) -> pd.DataFrame:
     """The rows of one figure or table (see module docstring for the columns)."""
-    return load_rows(exp, figure_pairs(exp, figure_id), evals_root, f"figure {figure_id}")
+    return load_rows(exp, figure_pairs(exp, figure_id), folders, f"figure {figure_id}")
 
 
 def all_pairs(exp: Experiment) -> list[tuple[str, str]]:

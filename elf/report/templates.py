@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from elf.report.registry import PD_TOTAL
 from elf.report.paper import baseline_points
 from elf.report.plotting import (AXIS_NAMES, SAMPLER_COLUMNS, FigureInputs, Recorder, caption,
                                  draw_dataset, draw_paper, draw_series, entropy_label, finish, finite, has,
@@ -43,9 +44,11 @@ from elf.report.runs import (BILLION, TokenBar, our_token_bars, paper_pd_tokens,
 
 def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
              sweep: str = "sc_cfg", good_entropy_only: bool = False,
-             dataset_line: bool = False, sweep_note: bool = False) -> tuple[Figure, pd.DataFrame]:
+             dataset_line: bool = False, sweep_note: bool = False,
+             legend: dict | None = None) -> tuple[Figure, pd.DataFrame]:
     """Gen. PPL against entropy, a line per run/sampler setting, points labelled by ``sweep``;
-    ``sweep_note``: the caption says whether the sweep moves the points beyond their noise."""
+    ``sweep_note``: the caption says whether the sweep moves the points beyond their noise;
+    ``legend``: the paper's words for some paper runs."""
     df = inputs.frame
     poor = poor_quality(df, inputs.dataset_scores)
     if good_entropy_only and has(df, "entropy"):
@@ -58,8 +61,7 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
         if not has(rows, "gen_ppl", "entropy"):
             no_data(ax, "Gen. PPL / entropy")
             continue
-        series = split_series(rows, label_by, sweep, inputs.figure_id,
-                              fixed=(panel_by,) if panel_by else ())
+        series = split_series(rows, label_by, sweep, legend, fixed=(panel_by,) if panel_by else ())
         colors = series_colors(series)
         for s in series:
             draw_series(ax, rec, panel, s, colors[s.name], "entropy", "gen_ppl", sweep_label(sweep))
@@ -69,7 +71,7 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
             draw_dataset(ax, rec, panel, rows, inputs.dataset_scores, frontier=True)
         finish(ax, "entropy", "gen_ppl", x_is_entropy=True, poor=poor)
     separate = has(df, "decode_head") and (df["decode_head"] == False).any()  # noqa: E712
-    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, inputs.figure_id) if sweep_note else "",
+    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, legend) if sweep_note else "",
                   SEPARATE_DECODER_DEVIATION if separate else ""])
     return fig, rec.frame()
 
@@ -85,13 +87,13 @@ def _se_or_zero(row: pd.Series, metric: str) -> float:
     return se if math.isfinite(se) else 0.0
 
 
-def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, figure_id: str = "") -> str:
+def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | None = None) -> str:
     """Whether each series' sweep ends differ beyond twice their combined SE in Gen. PPL or
     entropy (a guidance sweep that moves nothing says so, with its numbers)."""
     if not has(df, "gen_ppl", "entropy", sweep):
         return ""
     parts, moved = [], False
-    for series in split_series(df, label_by, sweep, figure_id):
+    for series in split_series(df, label_by, sweep, legend):
         rows = series.rows.sort_values(sweep)
         if len(rows) < 2:
             continue
@@ -131,16 +133,18 @@ def _panel_title(panel_by: str, value) -> str:
 
 def steps_curve(inputs: FigureInputs, label_by: str, dataset_line: bool = False,
                 baselines: str | None = None, baseline_steps: tuple[int, ...] | None = None,
-                log_y: bool = False) -> tuple[Figure, pd.DataFrame]:
+                log_y: bool = False, baselines_not_drawn: str = "",
+                baselines_assumed: str = "") -> tuple[Figure, pd.DataFrame]:
     """Gen. PPL against sampling steps (log2 axis), entropy labels at the points; ``baselines``: the
     paper's source (e.g. "T4") whose baseline rows are drawn as reference series (at
-    ``baseline_steps`` only, when given)."""
+    ``baseline_steps`` only, when given); ``baselines_not_drawn`` / ``baselines_assumed``: what the
+    note under the axes says of the paper's baselines when none are drawn / of those drawn."""
     df = inputs.frame
     reference = _baselines(inputs, baselines, baseline_steps) if baselines else None
     fig, (ax,) = new_figure(inputs, 1)
     rec = Recorder()
     if has(df, "gen_ppl", "steps"):
-        series = split_series(df, label_by, "steps", inputs.figure_id)
+        series = split_series(df, label_by, "steps")
         colors = series_colors(series)
         for s in series:
             draw_series(ax, rec, "", s, colors[s.name], "steps", "gen_ppl", entropy_label)
@@ -159,35 +163,23 @@ def steps_curve(inputs: FigureInputs, label_by: str, dataset_line: bool = False,
         if log_y:
             ax.set_yscale("log")
     finish(ax, "steps", "gen_ppl", x_is_entropy=False)
-    note = baselines_note(inputs.figure_id, baselines, reference, baseline_steps)
+    note = baselines_note(baselines, reference, baseline_steps, baselines_not_drawn, baselines_assumed)
     if note:
         fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=6, wrap=True, color="0.3")
         fig.get_layout_engine().set(rect=(0, 0.08, 1, 0.92))  # room for the note under the axes
     return fig, rec.frame()
 
 
-# Figures whose paper version draws baselines this one cannot (their values are not tabulated).
-BASELINES_NOT_DRAWN = {
-    "F7a": "Baselines not drawn: the paper's MDLM, Duo and FLM curves (and LangFlow, named in its "
-           "text) are not tabulated in the paper, so only ELF and the Dataset line are shown.",
-}
-# Where a drawn baseline series is an assumption about the paper's figure.
-BASELINES_ASSUMED = {
-    "F7b": " The paper does not tabulate F7b's baseline curves; they are assumed to be Table 4's "
-           "8/16/32-step rows.",
-}
-
-
-def baselines_note(figure_id: str, src: str | None, reference: pd.DataFrame | None,
-                   steps: tuple[int, ...] | None) -> str:
+def baselines_note(src: str | None, reference: pd.DataFrame | None, steps: tuple[int, ...] | None,
+                   not_drawn: str = "", assumed: str = "") -> str:
     """What a steps figure says under its axes of the baselines it draws (which, from where) or
     cannot draw; '' when its paper version has none."""
     if src and reference is not None and not reference.empty:
         models = ", ".join(dict.fromkeys(reference["model"]))
         at = f" at {'/'.join(str(s) for s in steps)} steps" if steps else ""
         return (f"Baselines drawn (dashed, hollow): {models} — the paper's Table {src[1:]} values"
-                f"{at}, as printed (not rerun here).{BASELINES_ASSUMED.get(figure_id, '')}")
-    return BASELINES_NOT_DRAWN.get(figure_id, "")
+                f"{at}, as printed (not rerun here).{' ' + assumed if assumed else ''}")
+    return not_drawn
 
 
 def _step_ticks(df: pd.DataFrame, reference: pd.DataFrame | None) -> list[int]:
@@ -240,7 +232,7 @@ def input_cfg_panels(inputs: FigureInputs):
         if not has(rows, metric, "input_cfg"):
             no_data(ax, AXIS_NAMES[metric])
             continue
-        series = split_series(rows, "run", "input_cfg", inputs.figure_id)
+        series = split_series(rows, "run", "input_cfg")
         colors = series_colors(series)
         for s in series:
             label = sweep_label("input_cfg")
@@ -407,24 +399,15 @@ def _token_figure(inputs: FigureInputs, paper_bars: list[TokenBar],
     return fig, rec.frame()
 
 
-# The paper's bars beside ours: (label, the Table 8 model of its base, the model whose total it is
-# topped up to); ``PD_TOTAL``: ELF+PD's total as the paper states it (v2 Fig. 9b: 90B, 2.0× base).
-PD_TOTAL = "stated ELF+PD total"
-PAPER_TOKEN_BARS = {
-    "F7c": [("ELF", "ELF-B", None), ("MDLM (+SDTT)", "MDLM", "MDLM+SDTT"),
-            ("Duo (+DCD)", "Duo", "Duo+DCD"), ("FLM (FMLM)", "FLM", "FMLM")],
-    "F9b": [("ELF+PD", "ELF-B", PD_TOTAL), ("MDLM+SDTT", "MDLM", "MDLM+SDTT"),
-            ("Duo+DCD", "Duo", "Duo+DCD"), ("FMLM", "FLM", "FMLM")],
-}
-
-
-def token_bars(inputs: FigureInputs, paper: str):
+def token_bars(inputs: FigureInputs, paper_bars: tuple):
     """Training-token bars, base training and the distillation rounds on top: ours from the runs'
-    metadata, the paper's ``PAPER_TOKEN_BARS[paper]`` from its Table 8 (paper Fig. 7c: ELF and the
-    baselines; Fig. 9b: ELF+PD and the distilled baselines); ratios are × the paper's ELF-B."""
+    metadata, the paper's ``paper_bars`` (its registry entry's: label, the Table 8 model of its
+    base, the model whose total it is topped up to, or ``registry.PD_TOTAL``) from its Table 8 (paper
+    Fig. 7c: ELF and the baselines; Fig. 9b: ELF+PD and the distilled baselines); ratios are × the
+    paper's ELF-B."""
     pv = inputs.paper_values
     bars = [paper_token_bar(pv, label, base, total=paper_pd_tokens(pv)) if top == PD_TOTAL
-            else paper_token_bar(pv, label, base, top) for label, base, top in PAPER_TOKEN_BARS[paper]]
+            else paper_token_bar(pv, label, base, top) for label, base, top in paper_bars]
     return _token_figure(inputs, bars, paper_tokens(pv).get("ELF-B"))
 
 

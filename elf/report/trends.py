@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from elf import plan
+from elf import pairs
 from elf.config import Experiment, PairRef
 from elf.report.results import verdict_se
 from elf.report.verdict import NOISY_FRACTION
@@ -82,7 +82,7 @@ class TrendResult:
     note: str
 
 
-trend_runs = plan.training_seed_runs
+trend_runs = pairs.training_seed_runs
 
 
 def _values(frame: pd.DataFrame, exp: Experiment, ref: PairRef, metric: str):
@@ -216,7 +216,7 @@ def seed_spread_markdown(frame: pd.DataFrame, exp: Experiment, metrics=("gen_ppl
         lines = [f"Training seeds of `{run}`: {', '.join(f'{r} (seed {exp.run(r).budget.seed})' for r in runs)}.",
                  "", "| Sampler | Metric | per training seed (± eval SE) | mean | training SD |",
                  "|---|---|---|---|---|"]
-        for sampler in plan.run_samplers(exp, runs[1]):   # those the replicates are evaluated on
+        for sampler in pairs.run_samplers(exp, runs[1]):   # those the replicates are evaluated on
             for metric in metrics:
                 rows = [frame[(frame["run"] == r) & (frame["sampler"] == sampler)] for r in runs]
                 if any(r.empty or metric not in r.columns for r in rows):

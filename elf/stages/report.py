@@ -1,9 +1,9 @@
 r"""``elf report``: render the paper's figures and tables from aggregated scores, the replication
 review and the manifest ``<out>/all``.
 
-Reads the evaluation folders under ``<evals-root>`` (``elf evaluate``: each (run, sampler)'s
-aggregate and, for a figure that shows samples, the first seed's samples and per-sample scores;
-``elf.plan`` gives the paths), ``<dataset-scores-root>/<dataset>.json`` (real-text reference scores,
+Reads the evaluation folders it is given (``--evals DIR ...``, or one per line of ``--evals-from
+FILE``: the rule's inputs; ``elf evaluate`` made each, with its (run, sampler)'s aggregates and,
+for a figure that shows samples, the first seed's samples and per-sample scores), ``<dataset-scores-root>/<dataset>.json`` (real-text reference scores,
 for the "Dataset" lines), ``<runs-root>/<run>/config.json`` and ``tokens.json`` (run metadata, for
 the configuration tables, the token bars and the review's configuration checks),
 ``<trajectories-root>/<run>/<sampler>.json`` (``elf trajectory``, for a figure that shows one), the
@@ -17,7 +17,7 @@ under ``--out`` (default: the config's ``reports``):
   replication.md, replication.html, trends.md (its trend checks alone), and last ``all`` (the manifest).
 
 Modes (one Snakemake rule per figure/table, one for the review, one for the manifest):
-  elf report --config C --evals-root E --dataset-scores-root D --runs-root RUNS \
+  elf report --config C --evals E/*/* --dataset-scores-root D --runs-root RUNS \
       --paper-values P --out reports
       everything (``--only ID ...`` limits it to some ids);
   ... --figure F4      only that figure's (or table's) files (provenance sidecar: the aggregates,
@@ -48,8 +48,12 @@ def register(subparsers) -> None:
     experiment = parser.add_mutually_exclusive_group(required=True)
     experiment.add_argument("--config", help="experiment YAML or JSON (config/config.yaml)")
     experiment.add_argument("--settings", help="with --figure: the figure's slice of the config, JSON")
-    parser.add_argument("--evals-root", help="folder of the evaluation folders <run>/<group>/ "
-                        "(aggregates; the samples and scores a figure shows)")
+    parser.add_argument("--evals", nargs="*", default=[], metavar="DIR",
+                        help="evaluation folders <evals>/<run>/<group>/ (aggregates; the samples and "
+                        "scores a figure shows): every folder an id reads")
+    parser.add_argument("--evals-from", metavar="FILE",
+                        help="a file naming more evaluation folders, one per line (the review's, "
+                        "too many for one command line)")
     parser.add_argument("--dataset-scores-root", help="folder of <dataset>.json reference scores "
                         "(Dataset lines; omitted: no Dataset line)")
     parser.add_argument("--trajectories-root", help="folder of <run>/<sampler>.json trajectories")
@@ -121,6 +125,17 @@ def write_manifest(exp: Experiment, ids: list[str], config: str, paper_values: s
                                    [*review_paths(out), out / TRENDS_FILE], header)
 
 
+def evals_listed(path: str | None) -> tuple[str, ...]:
+    """The folders ``--evals-from`` names, one per line (blank lines skipped)."""
+    if not path:
+        return ()
+    try:
+        return tuple(line.strip() for line in Path(path).read_text(encoding="utf-8").splitlines()
+                     if line.strip())
+    except (OSError, UnicodeDecodeError) as err:
+        raise ElfError(f"--evals-from {path}: cannot read ({err})") from err
+
+
 def run(args) -> None:
     from elf.report.render import Sources, render_id, render_review
     from elf.report.results import MissingInputError
@@ -130,7 +145,7 @@ def run(args) -> None:
                        "the manifest and a whole report read --config")
     exp = experiment_of(args.settings) if args.settings else load_experiment(args.config)
     out = Path(args.out or exp.reports)
-    sources = Sources(args.evals_root, args.dataset_scores_root, args.runs_root, args.trajectories_root,
+    sources = Sources(tuple(args.evals) + evals_listed(args.evals_from), args.dataset_scores_root, args.runs_root, args.trajectories_root,
                       args.paper_values)
     try:
         if args.figure:

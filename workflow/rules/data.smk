@@ -8,7 +8,7 @@ rule corpora:
     input:
         code("corpora"),
     output:
-        directory(f"{R}/data/corpora"),
+        directory(PLAN.corpora_dir),
     params:
         settings=PLAN.as_json(EXP.corpora),
     log:
@@ -25,7 +25,7 @@ rule tokenizer:
         code("tokenizer"),
         corpora=rules.corpora.output,
     output:
-        directory(f"{R}/models/tokenizer"),
+        directory(PLAN.tokenizer_dir),
     params:
         settings=PLAN.as_json(EXP.tokenizer),
     log:
@@ -68,7 +68,7 @@ rule encoder:
         tok=PLAN.tokenizer_input,
         tokens=PLAN.encoder_tokens,
     output:
-        directory(f"{R}/models/encoder-{{encoder}}"),
+        directory(PLAN.encoder_pattern),
     params:
         threads=torch_threads,
         settings=lambda w: PLAN.as_json(EXP.encoders[w.encoder]),

@@ -11,12 +11,12 @@ rule decoder:
         store=lambda w: PLAN.decoder_store(w.name),
         tok=PLAN.tokenizer_input,
     output:
-        f"{R}/decoders/{{name}}/model.safetensors",
+        PLAN.decoder_pattern,
     params:
         threads=torch_threads,
         settings=lambda w: PLAN.decoder_settings_json(w.name),
         tokenizer=PLAN.tokenizer,
-        out=lambda w: f"{R}/decoders/{w.name}",
+        out=lambda w: PLAN.decoder_dir_pattern.format(name=w.name),
     log:
         f"{R}/logs/decoder/{{name}}.log",
     shell:

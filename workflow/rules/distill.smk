@@ -14,8 +14,8 @@ rule distill:
         code("distill"),
         tok=PLAN.tokenizer_input,
     output:
-        ema=f"{R}/runs/{{run}}/ema.safetensors",
-        tokens=f"{R}/runs/{{run}}/tokens.json",
+        ema=PLAN.run_weights_pattern,
+        tokens=PLAN.run_tokens_pattern,
     wildcard_constraints:
         run=PLAN.runs_of_kind("distill"),
     params:

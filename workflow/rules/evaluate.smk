@@ -16,7 +16,7 @@ rule evaluate:
         decoder=PLAN.decoder_input,
         scorer=PLAN.scorer_input,
     output:
-        directory(f"{R}/evals/{{run}}/{{group}}"),
+        directory(PLAN.eval_dir_pattern),
     wildcard_constraints:
         run=PLAN.any_run,
         group=r"[^/]+",
@@ -49,7 +49,7 @@ rule trajectory:
         tok=PLAN.tokenizer_input,
         ckpt=f"{R}/runs/{{run}}/ema.safetensors",
     output:
-        f"{R}/trajectories/{{run}}/{{sampler}}.json",
+        PLAN.trajectory_pattern,
     wildcard_constraints:
         run=PLAN.any_run,
     params:

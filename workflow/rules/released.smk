@@ -18,7 +18,7 @@ rule released:
         tok=PLAN.tokenizer_input,
         source=PLAN.released_source,
     output:
-        f"{R}/runs/{{run}}/ema.safetensors",
+        PLAN.run_weights_pattern,
     wildcard_constraints:
         run=PLAN.runs_of_kind("released"),
     params:

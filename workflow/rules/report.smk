@@ -10,6 +10,7 @@
 # Seconds of CPU each: run where Snakemake runs rather than as cluster jobs.
 localrules:
     experiment,
+    review_evals,
     figure,
     table,
     review,
@@ -30,6 +31,19 @@ rule experiment:
         Path(output[0]).write_text(params.text)
 
 
+rule review_evals:
+    """The evaluation folders the review reads, one per line (the review's --evals-from): in a large
+    config, too many for one shell command line. Rewritten when the list changes."""
+    output:
+        PLAN.review_evals_file,
+    params:
+        text=lambda w: "".join(f"{folder}\n" for folder in PLAN.review_evals()),
+    log:
+        f"{R}/logs/report/review_evals.log",
+    run:
+        Path(output[0]).write_text(params.text)
+
+
 rule figure:
     """Render one figure of the paper from its aggregates: PNG, plotted numbers (CSV), provenance."""
     conda:
@@ -42,9 +56,9 @@ rule figure:
         runs=lambda w: PLAN.run_metadata_for(w.fid),
         shown=lambda w: PLAN.shown_for(w.fid),
     output:
-        png=in_report(f"{P}/figures/{{fid}}.png", "PNG"),
-        csv=f"{P}/figures/{{fid}}.csv",
-        provenance=f"{P}/figures/{{fid}}.json",
+        png=in_report(PLAN.rendered_pattern("figure", ".png"), "PNG"),
+        csv=PLAN.rendered_pattern("figure", ".csv"),
+        provenance=PLAN.rendered_pattern("figure", ".json"),
     wildcard_constraints:
         fid=PLAN.ids_of_kind("figure"),
     params:
@@ -54,7 +68,8 @@ rule figure:
     log:
         f"{R}/logs/report/{{fid}}.log",
     shell:
-        "elf report {params.args} --settings {params.settings:q} --figure {wildcards.fid} 2> {log}"
+        "elf report {params.args} --evals {input.evals} --settings {params.settings:q} "
+        "--figure {wildcards.fid} 2> {log}"
 
 
 rule table:
@@ -67,10 +82,10 @@ rule table:
         evals=lambda w: PLAN.evals_for(w.fid),
         runs=lambda w: PLAN.run_metadata_for(w.fid),
     output:
-        md=in_report(f"{P}/tables/{{fid}}.md", "Markdown"),
-        csv=in_report(f"{P}/tables/{{fid}}.csv", "CSV"),
-        tex=in_report(f"{P}/tables/{{fid}}.tex", "LaTeX"),
-        provenance=f"{P}/tables/{{fid}}.json",
+        md=in_report(PLAN.rendered_pattern("table", ".md"), "Markdown"),
+        csv=in_report(PLAN.rendered_pattern("table", ".csv"), "CSV"),
+        tex=in_report(PLAN.rendered_pattern("table", ".tex"), "LaTeX"),
+        provenance=PLAN.rendered_pattern("table", ".json"),
     wildcard_constraints:
         fid=PLAN.ids_of_kind("table"),
     params:
@@ -80,7 +95,8 @@ rule table:
     log:
         f"{R}/logs/report/{{fid}}.log",
     shell:
-        "elf report {params.args} --settings {params.settings:q} --figure {wildcards.fid} 2> {log}"
+        "elf report {params.args} --evals {input.evals} --settings {params.settings:q} "
+        "--figure {wildcards.fid} 2> {log}"
 
 
 rule review:
@@ -92,12 +108,14 @@ rule review:
         code("report"),
         "config/paper_values.yaml",
         PLAN.review_inputs(),
+        PLAN.review_evals(),
         experiment=rules.experiment.output,
+        evals=rules.review_evals.output,
     output:
-        f"{P}/replication.md",
-        f"{P}/trends.md",
+        PLAN.review_md,
+        PLAN.trends_file,
         report(
-            f"{P}/replication.html",
+            PLAN.review_html,
             caption="../report/replication.rst",
             category="Replication review",
             labels={"file": "replication review"},
@@ -107,7 +125,7 @@ rule review:
     log:
         f"{R}/logs/report/review.log",
     shell:
-        "elf report {params.args} --config {input.experiment} --review 2> {log}"
+        "elf report {params.args} --config {input.experiment} --review --evals-from {input.evals} 2> {log}"
 
 
 rule manifest:
@@ -120,7 +138,7 @@ rule manifest:
         rules.review.output,
         experiment=rules.experiment.output,
     output:
-        f"{P}/all",
+        PLAN.manifest_file,
     params:
         args=PLAN.report_args(),
     log:

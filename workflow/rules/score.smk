@@ -13,7 +13,7 @@ rule score_dataset:
         tokens=PLAN.tokens_pattern,
         scorer=PLAN.scorer,
     output:
-        f"{R}/scores/_dataset/{{dataset}}.json",
+        PLAN.dataset_scores_pattern,
     params:
         threads=torch_threads,
         n=EXP.evaluation.n_samples,

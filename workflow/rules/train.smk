@@ -11,7 +11,7 @@ rule train:
         code("train"),
         tok=PLAN.tokenizer_input,
     output:
-        f"{R}/runs/{{run}}/ema.safetensors",
+        PLAN.run_weights_pattern,
     wildcard_constraints:
         run=PLAN.runs_of_kind("train"),
     params:
