@@ -32,10 +32,14 @@ def test_poor_quality_is_relative_to_the_dataset_line_else_the_papers():
 def test_sweep_effect_says_inert_when_no_end_moves_beyond_twice_the_combined_se():
     flat = sweep_effect(points([0.5, 3.0], [33.35, 32.71], [3.53, 3.53]), "model_size", "sc_cfg")
     # Gen. PPL −0.64 against 2·sqrt(0.5² + 0.5²) = 1.41; entropy 0 against 2·sqrt(2)·0.01 = 0.03
-    assert "Gen. PPL -0.64 (2 SE 1.41)" in flat and "Entropy +0.00 (2 SE 0.03)" in flat
+    assert "Gen. PPL -0.64 (2 SE 1.41: within noise)" in flat and "Entropy +0.00 (2 SE 0.03: within" in flat
     assert "inert" in flat
     moving = sweep_effect(points([0.5, 3.0], [104.3, 26.6], [5.51, 5.15]), "model_size", "sc_cfg")
-    assert "beyond their noise" in moving and "inert" not in moving
+    assert "beyond their noise in Gen. PPL and Entropy" in moving and "inert" not in moving
+    # one metric beyond its noise, the other within: said per metric
+    partial = sweep_effect(points([0.5, 3.0], [30.84, 28.03], [3.47, 3.46]), "model_size", "sc_cfg")
+    assert "beyond their noise in Gen. PPL (not in Entropy)" in partial
+    assert "Entropy -0.01 (2 SE 0.03: within noise)" in partial
     assert sweep_effect(points([1.0], [30], [3.5]), "model_size", "sc_cfg") == ""
 
 

@@ -88,11 +88,11 @@ def _se_or_zero(row: pd.Series, metric: str) -> float:
 
 
 def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | None = None) -> str:
-    """Whether each series' sweep ends differ beyond twice their combined SE in Gen. PPL or
-    entropy (a guidance sweep that moves nothing says so, with its numbers)."""
+    """Whether each series' sweep ends differ beyond twice their combined SE, said per metric (Gen.
+    PPL, entropy); a guidance sweep that moves nothing says so, with its numbers."""
     if not has(df, "gen_ppl", "entropy", sweep):
         return ""
-    parts, moved = [], False
+    parts, moved = [], {}
     for series in split_series(df, label_by, sweep, legend):
         rows = series.rows.sort_values(sweep)
         if len(rows) < 2:
@@ -102,14 +102,22 @@ def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | Non
         for metric in ("gen_ppl", "entropy"):
             delta = finite(hi[metric]) - finite(lo[metric])
             noise = 2 * math.hypot(_se_or_zero(lo, metric), _se_or_zero(hi, metric))
-            moved |= abs(delta) > noise
-            cells.append(f"{AXIS_NAMES[metric]} {delta:+.2f} (2 SE {noise:.2f})")
+            beyond = abs(delta) > noise
+            moved[AXIS_NAMES[metric]] = moved.get(AXIS_NAMES[metric], False) or beyond
+            cells.append(f"{AXIS_NAMES[metric]} {delta:+.2f} (2 SE {noise:.2f}: "
+                         f"{'beyond' if beyond else 'within'} noise)")
         parts.append(f"{series.name}: {sweep} {lo[sweep]:g} → {hi[sweep]:g} moves " + ", ".join(cells))
     if not parts:
         return ""
-    verdict = ("the sweep moves the points beyond their noise" if moved else
-               "the sweep is inert here: no end moves beyond twice its combined SE "
-               "(benchmarks/guidance.py measures why: self-conditioning barely changes x̂ at this scale)")
+    beyond = [name for name, flag in moved.items() if flag]
+    within = [name for name, flag in moved.items() if not flag]
+    if beyond:
+        verdict = f"the sweep moves the points beyond their noise in {' and '.join(beyond)}" + \
+            (f" (not in {' or '.join(within)})" if within else "")
+    else:
+        verdict = ("the sweep is inert here: no end moves beyond twice its combined SE "
+                   "(benchmarks/guidance.py measures why: self-conditioning barely changes x̂ at this "
+                   "scale)")
     return "; ".join(parts) + f" — {verdict}"
 
 
