@@ -84,7 +84,7 @@ def _memory_kb(pids: list[int]) -> tuple[int, int]:
     a forked worker's copy-on-write pages are split between the two (PSS), so neither counts twice."""
     anon = total = 0
     seen = set()
-    for p in pids:
+    for p in dict.fromkeys(pids):  # a pid listed twice is read once (its RSS may move between reads)
         try:
             with open(f"/proc/{p}/smaps_rollup") as fh:
                 fields = dict(line.split(":", 1) for line in fh if ":" in line and not line[0].isdigit())
