@@ -29,14 +29,17 @@ class MissingInputError(FileNotFoundError):
 @dataclass(frozen=True)
 class EvalFolders:
     folders: tuple[Path, ...]
-    _by_run: dict[str, list[Path]] = field(default_factory=dict, compare=False, repr=False)
+    _by_run: dict[str, list[Path]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        by_run: dict[str, list[Path]] = {}
+        for folder in self.folders:
+            by_run.setdefault(layout.eval_dir_run(folder), []).append(folder)
+        object.__setattr__(self, "_by_run", by_run)  # derived from the folders, once
 
     @classmethod
     def of(cls, folders: Iterable[str | Path]) -> "EvalFolders":
-        found = cls(tuple(dict.fromkeys(Path(f) for f in folders)))
-        for folder in found.folders:
-            found._by_run.setdefault(layout.eval_dir_run(folder), []).append(folder)
-        return found
+        return cls(tuple(dict.fromkeys(Path(f) for f in folders)))
 
     @classmethod
     def under(cls, evals: str | Path) -> "EvalFolders":
