@@ -147,6 +147,7 @@ class Dag:
         self.shard_marker_pattern = f"{self.store_pattern}.shards/{{k}}of{{n}}.done"
         self.decoder_dir_pattern = f"{R}/decoders/{{name}}"
         self.decoder_pattern = f"{self.decoder_dir_pattern}/{DECODER_WEIGHTS}"
+        self.run_dir_pattern = str(layout.run_dir(layout.runs_root(R), "{run}"))
         self.run_weights_pattern = str(layout.run_weights(layout.runs_root(R), "{run}"))
         self.run_tokens_pattern = str(layout.run_tokens_file(layout.runs_root(R), "{run}"))
         self.eval_dir_pattern = str(layout.eval_dir(layout.evals_root(R), "{run}", "{group}"))
@@ -154,6 +155,7 @@ class Dag:
         self.trajectory_pattern = str(layout.trajectory_path(self.trajectories_root, "{run}", "{sampler}"))
         self.dataset_scores_root = f"{R}/scores/_dataset"
         self.dataset_scores_pattern = str(layout.dataset_scores_path(self.dataset_scores_root, "{dataset}"))
+        self.code_digest_pattern = f"{R}/code/{{stage}}.sha256"  # elf/deps.py digest_text
         self.experiment_file = f"{R}/experiment.json"
         self.review_evals_file = f"{R}/review_evals.txt"  # `elf report --evals-from`
         self.review_md, self.review_html = map(str, layout.review_paths(P))
@@ -176,9 +178,9 @@ class Dag:
         """Every pattern a rule's output is declared with."""
         rendered = [self.rendered_pattern(kind, suffix) for kind, suffixes in layout.RENDERED_SUFFIXES.items()
                     for suffix in (*suffixes, layout.SIDECAR_SUFFIX)]
-        return [self.corpora_dir, self.tokenizer_dir, self.encoder_pattern, self.scorer, self.tokens_pattern,
-                self.store_pattern, self.shard_marker_pattern, self.decoder_pattern,
-                self.run_weights_pattern, self.run_tokens_pattern, self.eval_dir_pattern,
+        return [self.code_digest_pattern, self.corpora_dir, self.tokenizer_dir, self.encoder_pattern,
+                self.scorer, self.tokens_pattern, self.store_pattern, self.shard_marker_pattern,
+                self.decoder_pattern, self.run_weights_pattern, self.run_tokens_pattern, self.eval_dir_pattern,
                 self.trajectory_pattern, self.dataset_scores_pattern, self.experiment_file,
                 self.review_evals_file, self.review_md, self.review_html, self.trends_file,
                 self.manifest_file, *rendered]
@@ -202,7 +204,8 @@ class Dag:
         settings = self.exp.embeddings[embedding]
         return self.built_or_name(self.exp.encoders[settings.encoder], self.encoder_path(settings.encoder))
 
-    def tokenizer_input(self, wildcards=None) -> list[str]:
+    def tokenizer_input(self) -> list[str]:
+        """The tokenizer folder when the DAG builds it (a rule input: the same for every job)."""
         return [self.tokenizer] if self.exp.tokenizer.source == "build" else []
 
     def corpora_input(self, dataset: str) -> list[str]:
@@ -320,15 +323,6 @@ class Dag:
         return _as_json(dict(decoder=to_dict(dec), dataset=self.dataset_settings(dec.dataset),
                              embedding=to_dict(self.exp.embeddings[dec.embedding])))
 
-    def decoder_input(self, w) -> list[str]:
-        """The run's separate decoder (Fig. 5b), if it names one."""
-        name = self.exp.run(w.run).decoder
-        return [self.decoder_pattern.format(name=name)] if name else []
-
-    def decoder_arg(self, w) -> str:
-        name = self.exp.run(w.run).decoder
-        return f"--decoder {self.decoder_dir_pattern.format(name=name)}" if name else ""
-
     # ---- evaluation ----
 
     def task_of(self, run: str) -> str:
@@ -343,17 +337,34 @@ class Dag:
         settings = self.exp.run(run)
         return layout.stores_dir(self.R, settings.dataset, settings.embedding)
 
-    def eval_data_inputs(self, w) -> dict:
-        """A conditional group's evaluation stores (one per split its samplers use) and token data."""
-        if self.task_of(w.run) == "unconditional":
-            return {}
-        splits = sorted({self.eval_split(s) for s in group_samplers(self.exp, w.run, w.group)})
+    def eval_inputs(self, w) -> dict:
+        """What one evaluation job reads besides the checkpoint and the tokenizer: a conditional
+        group's evaluation stores (one per split its samplers use) and token data, an unconditional
+        run's scorer, and the run's separate decoder (Fig. 5b) if it names one. One input function
+        for the rule: Snakemake's planning costs per function and per file (issue 26)."""
         run = self.exp.run(w.run)
-        return dict(stores=[layout.store_path(self.R, run.dataset, run.embedding, split) for split in splits],
-                    tokens=layout.tokens_dir(self.R, run.dataset))
+        inputs: dict = {}
+        if self.task_of(w.run) == "unconditional":
+            inputs["scorer"] = self.scorer
+        else:
+            splits = sorted({self.eval_split(s) for s in group_samplers(self.exp, w.run, w.group)})
+            inputs["stores"] = [layout.store_path(self.R, run.dataset, run.embedding, split) for split in splits]
+            inputs["tokens"] = layout.tokens_dir(self.R, run.dataset)
+        if run.decoder:
+            inputs["decoder"] = self.decoder_pattern.format(name=run.decoder)
+        return inputs
 
-    def scorer_input(self, w) -> list[str]:
-        return [self.scorer] if self.task_of(w.run) == "unconditional" else []
+    def eval_input_args(self, w, input) -> str:
+        """``elf evaluate``'s options for ``eval_inputs``: --scorer, or --eval-data and --tokens;
+        --decoder (its folder)."""
+        args = []
+        if "scorer" in input.keys():
+            args.append(f"--scorer {input.scorer}")
+        if "tokens" in input.keys():
+            args.append(f"--eval-data {self.eval_data_root(w.run)} --tokens {input.tokens}")
+        if "decoder" in input.keys():
+            args.append(f"--decoder {Path(input.decoder).parent}")
+        return " ".join(args)
 
     def eval_plan_json(self, run: str, group: str) -> str:
         """What one `elf evaluate` job does (its --plan): every sampler of the group with its

@@ -123,14 +123,27 @@ def test_evaluation_inputs(ci):
     _, dag = ci
     R = dag.R
     cond = SimpleNamespace(run="wmt", group="all")
-    inputs = dag.eval_data_inputs(cond)
+    inputs = dag.eval_inputs(cond)
     assert inputs == {"stores": [f"{R}/embeddings/wmt/encoder/{dag.exp.evaluation.split}.zarr"],
                       "tokens": f"{R}/data/wmt/tokens"}
-    assert dag.scorer_input(cond) == [] and dag.scorer_input(SimpleNamespace(run="base")) == [dag.scorer]
-    assert dag.eval_data_inputs(SimpleNamespace(run="base", group="all")) == {}
+    assert dag.eval_input_args(cond, SimpleNamespace(keys=inputs.keys, **inputs)) == (
+        f"--eval-data {R}/embeddings/wmt/encoder --tokens {R}/data/wmt/tokens")
+    base = dag.eval_inputs(SimpleNamespace(run="base", group="all"))
+    assert base == {"scorer": dag.scorer}
+    assert dag.eval_input_args(SimpleNamespace(run="base"), SimpleNamespace(keys=base.keys, **base)) == (
+        f"--scorer {dag.scorer}")
     job = json.loads(dag.eval_plan_json("base", "all"))
     assert set(job["samplers"]) == set(pairs.run_samplers(dag.exp, "base"))
     assert job["samplers"]["ode16_w1"]["seeds"] == list(pairs.seeds_of(dag.exp, "base", "ode16_w1"))
+
+
+def test_a_separate_decoder_is_an_evaluation_input_and_argument():
+    dag = plan.Dag(parse_experiment(load("paper.yaml")), needs)
+    group = next(iter(plan.eval_groups(dag.exp, "R12")))
+    inputs = dag.eval_inputs(SimpleNamespace(run="R12", group=group))
+    assert inputs == {"scorer": dag.scorer, "decoder": f"{dag.R}/decoders/R11/model.safetensors"}
+    args = dag.eval_input_args(SimpleNamespace(run="R12"), SimpleNamespace(keys=inputs.keys, **inputs))
+    assert args == f"--scorer {dag.scorer} --decoder {dag.R}/decoders/R11"
 
 
 def test_a_conditional_sampler_may_score_the_first_n_examples():

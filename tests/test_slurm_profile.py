@@ -20,8 +20,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 GPU_RULES = {"embed", "embed_shard", "encoder", "train", "distill", "decoder", "evaluate", "trajectory",
              "score_dataset"}
-CPU_RULES = {"corpora", "tokenizer", "prepare", "embed_gather", "scorer", "experiment", "review_evals", "figure",
-             "table", "review", "manifest", "released"}
+CPU_RULES = {"code_digest", "corpora", "tokenizer", "prepare", "embed_gather", "scorer", "experiment",
+             "review_evals", "figure", "table", "review", "manifest", "released"}
 DEFAULT_SHAPE = dict(gpus=4, cpus=32, mem_mb=256000)   # slurm/config.yaml's defaults
 
 

@@ -97,6 +97,8 @@ def dry_run_jobs(configfile, *extra) -> list[dict]:
         elif jobs and (m := re.match(r"\s+(wildcards|input|output): (.*)", line)):
             key, value = m.groups()
             jobs[-1][key] = value.strip() if key == "wildcards" else value.split(", ")
+            if key == "wildcards" and jobs[-1]["rule"] == "code_digest":  # hashes the stage it names
+                jobs[-1]["stage"] = value.strip().removeprefix("stage=")
         elif jobs and line.startswith("Shell command:"):  # the profile prints each job's command
             found = re.search(r"(?:^|\s)(?:elf|-m elf) ([a-z]+) ", line.split(":", 1)[1] + " ")
             jobs[-1]["stage"] = found.group(1) if found else None

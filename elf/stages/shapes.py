@@ -21,7 +21,7 @@ above changed, and the committed file must equal ``derive`` of the committed pap
 
     elf shapes --paper config/paper.yaml --out config/paper_shapes.yaml
     elf shapes --released results/shapes/released/ELF-B-owt-torch      # R01_released's folder (random ELF-B)
-    snakemake --configfile config/paper_shapes.yaml --cores all reports/all
+    snakemake --cores all --configfile config/paper_shapes.yaml    # its default target: reports/shapes/all
 
 ``--released FOLDER`` writes what the authors' ``save_checkpoint`` leaves for ELF-B on OWT, with random
 weights: ``checkpoint_2`` (``params``, ``ema_params1``, ``step``, ``epoch``; ``elf release`` reads no
@@ -47,7 +47,7 @@ HEADER = """\
 # do not edit; edit paper.yaml.
 # The paper's DAG at the paper's shapes on tiny local data: one run of every kind, 2 steps each.
 #   elf shapes --released results/shapes/released/ELF-B-owt-torch   # R01_released's local folder, random ELF-B
-#   snakemake --configfile config/paper_shapes.yaml --cores all reports/all
+#   snakemake --cores all --configfile config/paper_shapes.yaml     # the default target, reports/shapes/all
 """
 
 

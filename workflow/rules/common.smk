@@ -10,6 +10,7 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 from elf import deps, plan
+from elf.cli import STAGES
 from elf.config import ConfigError
 from elf.validate import validate_workflow_config
 
@@ -46,9 +47,16 @@ PREFIX = (
 
 
 def code(stage):
-    """The elf/ files `elf <stage>` runs, read from its imports (elf/deps.py): editing one reruns the
-    jobs of every rule whose stage imports it, and whatever depends on their outputs."""
-    return [str(path) for path in deps.stage_files(stage)]
+    """The digest of the elf/ files `elf <stage>` runs (rule code_digest, rules/code.smk): editing one
+    of them rewrites the digest, which reruns the jobs of every rule whose stage imports it, and
+    whatever depends on their outputs. One input a job, not the ~45 files of the closure: planning
+    cost is per input file (issue 26)."""
+    return PLAN.code_digest_pattern.format(stage=stage)
+
+
+def code_files(wildcards):
+    """The files of the stage's closure, read from its imports (elf/deps.py)."""
+    return [str(path) for path in deps.stage_files(wildcards.stage)]
 
 
 def torch_threads(wildcards, threads, resources):

@@ -12,7 +12,7 @@ rule distill:
     input:
         unpack(PLAN.distill_inputs),
         code("distill"),
-        tok=PLAN.tokenizer_input,
+        tok=PLAN.tokenizer_input(),
     output:
         ema=PLAN.run_weights_pattern,
         tokens=PLAN.run_tokens_pattern,
@@ -24,7 +24,7 @@ rule distill:
         tokenizer=PLAN.tokenizer,
         teacher=lambda w, input: str(Path(input.teacher).parent),
         init=lambda w, input: str(Path(input.init).parent),
-        out=lambda w: f"{R}/runs/{w.run}",
+        out=PLAN.run_dir_pattern,
         # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
         launch=lambda w, resources: launcher(resources),
     log:

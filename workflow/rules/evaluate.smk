@@ -9,12 +9,10 @@ rule evaluate:
     conda:
         ENV
     input:
-        unpack(PLAN.eval_data_inputs),
+        unpack(PLAN.eval_inputs),
         code("evaluate"),
-        tok=PLAN.tokenizer_input,
-        ckpt=f"{R}/runs/{{run}}/ema.safetensors",
-        decoder=PLAN.decoder_input,
-        scorer=PLAN.scorer_input,
+        tok=PLAN.tokenizer_input(),
+        ckpt=PLAN.run_weights_pattern,
     output:
         directory(PLAN.eval_dir_pattern),
     wildcard_constraints:
@@ -23,20 +21,14 @@ rule evaluate:
     params:
         threads=torch_threads,
         plan=lambda w: PLAN.eval_plan_json(w.run, w.group),
-        cond=lambda w, input: (
-            f"--eval-data {PLAN.eval_data_root(w.run)} --tokens {input.tokens}"
-            if "tokens" in input.keys()
-            else ""
-        ),
-        scorer=lambda w, input: f"--scorer {input.scorer}" if input.scorer else "",
+        inputs=PLAN.eval_input_args,
         tokenizer=PLAN.tokenizer,
-        ckpt_dir=lambda w: f"{R}/runs/{w.run}",
-        decoder=PLAN.decoder_arg,
+        ckpt_dir=PLAN.run_dir_pattern,
     log:
         f"{R}/logs/evaluate/{{run}}/{{group}}.log",
     shell:
         "OMP_NUM_THREADS={params.threads} elf evaluate --plan {params.plan:q} --checkpoint {params.ckpt_dir} --tokenizer {params.tokenizer} "
-        "{params.scorer} {params.cond} {params.decoder} --out-dir {output} --no-progress 2> {log}"
+        "{params.inputs} --out-dir {output} --no-progress 2> {log}"
 
 
 rule trajectory:
@@ -46,8 +38,8 @@ rule trajectory:
         ENV
     input:
         code("trajectory"),
-        tok=PLAN.tokenizer_input,
-        ckpt=f"{R}/runs/{{run}}/ema.safetensors",
+        tok=PLAN.tokenizer_input(),
+        ckpt=PLAN.run_weights_pattern,
     output:
         PLAN.trajectory_pattern,
     wildcard_constraints:
@@ -58,7 +50,7 @@ rule trajectory:
         seed=EXP.evaluation.seeds[0],
         tokenizer=PLAN.tokenizer,
         precision=EXP.precision,
-        ckpt_dir=lambda w: f"{R}/runs/{w.run}",
+        ckpt_dir=PLAN.run_dir_pattern,
     log:
         f"{R}/logs/trajectory/{{run}}/{{sampler}}.log",
     shell:

@@ -15,7 +15,7 @@ rule released:
         ENV
     input:
         code("release"),
-        tok=PLAN.tokenizer_input,
+        tok=PLAN.tokenizer_input(),
         source=PLAN.released_source,
     output:
         PLAN.run_weights_pattern,
@@ -26,7 +26,7 @@ rule released:
         source=lambda w: EXP.run(w.run).released,
         revision=lambda w: PLAN.released_revision_arg(w.run),
         tokenizer=PLAN.tokenizer,
-        out=lambda w: f"{R}/runs/{w.run}",
+        out=PLAN.run_dir_pattern,
     log:
         f"{R}/logs/released/{{run}}.log",
     shell:

@@ -9,7 +9,7 @@ rule train:
     input:
         unpack(PLAN.train_data),
         code("train"),
-        tok=PLAN.tokenizer_input,
+        tok=PLAN.tokenizer_input(),
     output:
         PLAN.run_weights_pattern,
     wildcard_constraints:
@@ -19,7 +19,7 @@ rule train:
         settings=lambda w: PLAN.train_settings_json(w.run),
         data=PLAN.train_data_args,
         tokenizer=PLAN.tokenizer,
-        out=lambda w: f"{R}/runs/{w.run}",
+        out=PLAN.run_dir_pattern,
         # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
         launch=lambda w, resources: launcher(resources),
     log:
