@@ -40,6 +40,45 @@ def test_local_jsonl_wmt_schema_per_split(tmp_path):
     assert swapped["test"][0] == {"source": "test target 0", "target": "test quelle 0"}
 
 
+@pytest.mark.parametrize("kind", ["jsonl", "parquet", "txt"])
+def test_a_local_file_streamed_into_arrow_equals_the_one_read_in_memory(tmp_path, kind):
+    """``cache_dir`` (elf prepare): the rows are written a block at a time to a memory-mapped Arrow
+    file, the same rows as the in-memory read; the fingerprint follows the file's bytes."""
+    texts = [f"document {i} with words" + " more" * (i % 7) for i in range(2500)]
+    data = tmp_path / "data"
+    data.mkdir()
+    path = data / f"train.{kind}"
+    if kind == "jsonl":
+        _write_jsonl(path, [{"text": t} for t in texts])
+    elif kind == "parquet":
+        pq.write_table(pa.table({"text": texts}), path, row_group_size=300)  # several batches
+    else:
+        path.write_text("\n\n".join(texts) + "\n")
+    carve = CarveSizes(10, 10, 10)
+    in_memory = load_raw(_settings("unconditional", "local", data), carve=carve)
+    streamed = load_raw(_settings("unconditional", "local", data), carve=carve, cache_dir=tmp_path / "cache")
+    assert {s: streamed[s]["text"] for s in streamed} == {s: in_memory[s]["text"] for s in in_memory}
+    assert (tmp_path / "cache" / "train.arrow").is_file()
+    assert streamed["train"].cache_files  # memory-mapped, not held in memory
+    again = load_raw(_settings("unconditional", "local", data), carve=carve, cache_dir=tmp_path / "cache")
+    assert again["train"]._fingerprint == streamed["train"]._fingerprint
+    if kind == "jsonl":
+        _write_jsonl(path, [{"text": t.upper()} for t in texts])
+        changed = load_raw(_settings("unconditional", "local", data), carve=carve, cache_dir=tmp_path / "cache")
+        assert changed["train"]._fingerprint != streamed["train"]._fingerprint
+
+
+def test_streamed_files_with_other_columns_are_refused_naming_the_file(tmp_path):
+    folder = tmp_path / "train"
+    folder.mkdir()
+    _write_jsonl(folder / "a.jsonl", [{"text": "one"}])
+    _write_jsonl(folder / "b.jsonl", [{"body": "two"}])
+    with pytest.raises(DataError, match=r"b\.jsonl: columns \['body'\] differ"):
+        load_raw(_settings("unconditional", "local", tmp_path), carve=CarveSizes(1, 1, 1),
+                 cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*.tmp"))
+
+
 def test_local_parquet_xsum_schema(tmp_path):
     for split in ("train", "validation", "test"):
         table = pa.table({"document": [f"{split} doc {i}" for i in range(4)],

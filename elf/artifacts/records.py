@@ -54,35 +54,40 @@ def write_samples(path: str | os.PathLike, header: dict, rows: list[dict]) -> No
                 fh.write(samples_line(row))
 
 
-def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """Return ``(header, rows)``; raise ``SamplesFormatError`` on a malformed file."""
+def read_samples(path: str | os.PathLike, fields: tuple[str, ...] | None = None) -> tuple[dict, list[dict]]:
+    """Return ``(header, rows)``; raise ``SamplesFormatError`` on a malformed file. Every row is
+    checked; with ``fields`` each row keeps only those keys (``elf score`` keeps no ``token_ids``:
+    as Python ints they are most of a row's memory). Read a line at a time."""
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            lines = [line for line in fh.read().split("\n") if line.strip()]
+            lines = (line for line in fh if line.strip())
+            first = next(lines, None)
+            if first is None:
+                raise SamplesFormatError(f"{path}: empty file; expected a provenance header line")
+            header = _header_of(path, _parse_line(path, 1, first))
+            rows = [_checked_row(path, lineno, line, header.get("max_tokens"), fields)
+                    for lineno, line in enumerate(lines, start=2)]
     except UnicodeDecodeError as err:
         raise SamplesFormatError(f"{path}: not UTF-8 text (byte {err.start})") from err
-    if not lines:
-        raise SamplesFormatError(f"{path}: empty file; expected a provenance header line")
-    header = _header_of(path, _parse_line(path, 1, lines[0]))
-    rows = []
-    longest = header.get("max_tokens")
-    for lineno, line in enumerate(lines[1:], start=2):
-        row = _parse_line(path, lineno, line)
-        if not isinstance(row.get("text"), str):
-            raise SamplesFormatError(f"{path}:{lineno}: a sample needs a string field 'text'")
-        ids = row.get("token_ids")
-        too_long = isinstance(ids, list) and isinstance(longest, int) and len(ids) > longest
-        if ids is not None and (not isinstance(ids, list) or too_long):
-            found = f"{len(ids)} token ids" if isinstance(ids, list) else f"token_ids {ids!r}"
-            raise SamplesFormatError(f"{path}:{lineno}: {found}, but its header says a sample keeps at "
-                                     f"most max_tokens={longest} (cut or edited)")
-        rows.append(row)
     expected = header.get("n")
     if isinstance(expected, int) and expected != len(rows):
         raise SamplesFormatError(f"{path}: its header says n={expected}, the file holds {len(rows)} "
                                  "samples (cut or edited)")
     return header, rows
+
+
+def _checked_row(path: Path, lineno: int, line: str, longest, fields: tuple[str, ...] | None) -> dict:
+    row = _parse_line(path, lineno, line)
+    if not isinstance(row.get("text"), str):
+        raise SamplesFormatError(f"{path}:{lineno}: a sample needs a string field 'text'")
+    ids = row.get("token_ids")
+    too_long = isinstance(ids, list) and isinstance(longest, int) and len(ids) > longest
+    if ids is not None and (not isinstance(ids, list) or too_long):
+        found = f"{len(ids)} token ids" if isinstance(ids, list) else f"token_ids {ids!r}"
+        raise SamplesFormatError(f"{path}:{lineno}: {found}, but its header says a sample keeps at "
+                                 f"most max_tokens={longest} (cut or edited)")
+    return row if fields is None else {key: row[key] for key in fields if key in row}
 
 
 def samples_header(*, checkpoint: str, checkpoint_sha256: str, run: str, run_config_sha256: str,

@@ -27,7 +27,9 @@ reproducible. A wrong schema raises ``DataError`` naming the file and the column
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,10 +56,13 @@ class CarveSizes:
 
 
 def load_raw(settings, embedded_root: str | Path | None = None,
-             carve: CarveSizes = CarveSizes(), num_proc: int = 1) -> datasets.DatasetDict:
+             carve: CarveSizes = CarveSizes(), num_proc: int = 1,
+             cache_dir: str | Path | None = None) -> datasets.DatasetDict:
     """The dataset of a ``DatasetSettings`` with normalised columns and all splits.
 
     ``num_proc`` > 1 lets ``load_dataset`` download and convert a hub dataset in that many processes.
+    ``cache_dir``: local files are streamed, a block at a time, into memory-mapped Arrow files
+    there (``elf prepare``: memory independent of the file's size); None reads them into memory.
     """
     where = f"dataset '{settings.name}' ({settings.source})"
     origins: dict[str, str] = {}  # split -> the files it was read from (local), for error messages
@@ -71,7 +76,7 @@ def load_raw(settings, embedded_root: str | Path | None = None,
         return datasets.DatasetDict(_complete_splits(_load_authors(settings, num_proc), settings.task,
                                                      carve, where))
     else:
-        splits = _load_local(Path(settings.name), origins)
+        splits = _load_local(Path(settings.name), origins, cache_dir)
     splits = {name: normalise(ds, settings.task, origins.get(name, f"{where} split '{name}'"),
                               settings.subset)
               for name, ds in splits.items()}
@@ -224,12 +229,14 @@ def _load_saved(path: Path) -> dict[str, datasets.Dataset]:
     return dict(datasets.load_from_disk(str(path)))
 
 
-def _load_local(path: Path, origins: dict[str, str]) -> dict[str, datasets.Dataset]:
-    """Splits of a local file or folder; ``origins`` receives each split's file names."""
+def _load_local(path: Path, origins: dict[str, str], cache_dir: str | Path | None = None
+                ) -> dict[str, datasets.Dataset]:
+    """Splits of a local file or folder; ``origins`` receives each split's file names; with
+    ``cache_dir``, each split is streamed into a memory-mapped Arrow file there."""
     if not path.exists():
         raise DataError(f"local dataset '{path}' does not exist")
     if path.is_file():
-        return {"train": _read_files([path], "train", origins)}
+        return {"train": _read_files([path], "train", origins, cache_dir)}
     if (path / "dataset_dict.json").is_file():
         return _load_saved(path)
     splits = {}
@@ -237,13 +244,13 @@ def _load_local(path: Path, origins: dict[str, str]) -> dict[str, datasets.Datas
         files = [path / f"{split}{suffix}" for suffix in DATA_SUFFIXES]
         files = [f for f in files if f.is_file()] + _data_files(path / split)
         if files:
-            splits[split] = _read_files(files, split, origins)
+            splits[split] = _read_files(files, split, origins, cache_dir)
     if splits:
         return splits
     files = _data_files(path)
     if not files:
         raise DataError(f"local dataset '{path}' holds no {'/'.join(DATA_SUFFIXES)} files")
-    return {"train": _read_files(files, "train", origins)}
+    return {"train": _read_files(files, "train", origins, cache_dir)}
 
 
 def _data_files(folder: Path) -> list[Path]:
@@ -252,12 +259,15 @@ def _data_files(folder: Path) -> list[Path]:
     return sorted(f for f in folder.iterdir() if f.is_file() and f.suffix in DATA_SUFFIXES)
 
 
-def _read_files(files: list[Path], split: str, origins: dict[str, str]) -> datasets.Dataset:
+def _read_files(files: list[Path], split: str, origins: dict[str, str],
+                cache_dir: str | Path | None = None) -> datasets.Dataset:
     names = ", ".join(str(f) for f in files[:3]) + (f" (+{len(files) - 3} more)" if len(files) > 3 else "")
     origins[split] = f"{names} (split '{split}')"
     suffixes = {f.suffix for f in files}
     if len(suffixes) > 1:
         raise DataError(f"mixed file types in one split: {', '.join(str(f) for f in files)}")
+    if cache_dir is not None:
+        return _stream_files(files, Path(cache_dir) / f"{split}.arrow")
     tables = [_read_table(f) for f in files]
     for f, table in zip(files[1:], tables[1:]):
         if table.schema.names != tables[0].schema.names:
@@ -277,15 +287,96 @@ def _read_table(path: Path) -> pa.Table:
         raise DataError(f"{path}: cannot be read as {path.suffix[1:]}: {err}") from err
 
 
+JSON_BLOCK = 16 << 20  # bytes parsed at a time; one JSON line must fit in a block
+
+
+def _stream_files(files: list[Path], out: Path) -> datasets.Dataset:
+    """The files' rows written a record batch at a time to the Arrow file ``out`` and memory-mapped
+    from there. The fingerprint hashes the files' bytes (as the in-memory table's does its
+    content), so the shards' identities, and with them resume, follow the data."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    digest, schema, writer = hashlib.sha256(), None, None
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with pa.OSFile(str(tmp), "wb") as sink:
+            for path in files:
+                for batch in _record_batches(path):
+                    if schema is None:
+                        schema = batch.schema
+                        writer = pa.ipc.new_stream(sink, schema)
+                    elif batch.schema.names != schema.names:
+                        raise DataError(f"{path}: columns {batch.schema.names} differ from "
+                                        f"{files[0]}'s {schema.names}")
+                    writer.write_batch(batch if batch.schema == schema else _cast(batch, schema, path))
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(block)
+            if writer is None:  # no rows at all
+                writer = pa.ipc.new_stream(sink, pa.schema([("text", pa.string())]))
+            writer.close()
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    pa.default_memory_pool().release_unused()  # the parsed blocks: mimalloc keeps freed memory otherwise
+    table = datasets.table.MemoryMappedTable.from_file(str(out))
+    return datasets.Dataset(table, fingerprint=digest.hexdigest()[:16])
+
+
+def _record_batches(path: Path):
+    """A file's rows, a block at a time (plain text: its blank-line separated documents)."""
+    try:
+        if path.suffix == ".txt":
+            yield from _text_batches(path)
+        elif path.suffix == ".parquet":
+            yield from pa_parquet.ParquetFile(path).iter_batches()
+        else:
+            reader = pa_json.open_json(path, read_options=pa_json.ReadOptions(block_size=JSON_BLOCK))
+            while True:
+                try:
+                    yield reader.read_next_batch()
+                except StopIteration:
+                    return
+    except (pa.ArrowInvalid, OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"{path}: cannot be read as {path.suffix[1:]}: {err}") from err
+
+
+def _text_batches(path: Path, documents: int = 10_000):
+    block: list[str] = []
+    for document in iter_documents(path):
+        block.append(document)
+        if len(block) == documents:
+            yield pa.record_batch({"text": pa.array(block, pa.string())})
+            block = []
+    if block:
+        yield pa.record_batch({"text": pa.array(block, pa.string())})
+
+
+def _cast(batch: pa.RecordBatch, schema: pa.Schema, path: Path) -> pa.RecordBatch:
+    try:
+        return batch.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise DataError(f"{path}: column types {batch.schema} differ from the first file's "
+                        f"{schema}: {err}") from err
+
+
 def split_documents(text: str) -> list[str]:
     """Blank-line separated blocks, stripped; empty blocks dropped."""
-    blocks, current = [], []
-    for line in text.splitlines():
+    return list(_documents(text.splitlines()))
+
+
+def iter_documents(path: Path):
+    """``split_documents`` of a file, read a line at a time."""
+    with open(path, encoding="utf-8") as fh:
+        yield from _documents(part for line in fh for part in line.splitlines() or [""])
+
+
+def _documents(lines):
+    current: list[str] = []
+    for line in lines:
         if line.strip():
             current.append(line)
         elif current:
-            blocks.append("\n".join(current).strip())
+            yield "\n".join(current).strip()
             current = []
     if current:
-        blocks.append("\n".join(current).strip())
-    return blocks
+        yield "\n".join(current).strip()

@@ -164,6 +164,7 @@ def pack_shard(job: ShardJob, settings: DatasetSettings, tokenizer, progress: bo
                     writer.write_batch(_record_batch(arrays, tokenizer, schema))
                     counts["rows"] += len(arrays["input_ids"])
                     counts["real_tokens"] += int(np.sum(arrays["attention_mask"], dtype=np.int64))
+                pa.default_memory_pool().release_unused()  # mimalloc keeps freed blocks otherwise
     record = {"identity": job.identity, "split": job.split, "shard": [job.index, job.count],
               "raw_documents": len(job.data), "sha256": file_sha256(job.path), **counts}
     write_json(job.marker, record)  # written last: marks the shard done

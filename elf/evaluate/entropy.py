@@ -16,7 +16,7 @@ import math
 from collections import Counter
 from typing import Sequence
 
-from elf.evaluate.genppl import retokenize, scored_texts
+from elf.evaluate.genppl import RETOKENIZE_BATCH, retokenize, scored_texts
 
 
 def unigram_entropy(token_ids: Sequence[int]) -> float:
@@ -40,9 +40,13 @@ def mean_entropy(token_id_lists: Sequence[Sequence[int]]) -> dict:
 def text_entropy(texts: Sequence[str], tokenizer, max_length: int | None = None) -> dict:
     """``mean_entropy`` of ``texts`` retokenised with ``tokenizer``, truncated to ``max_length``
     tokens (None: whole texts); texts empty after ``strip()`` are dropped (``n_empty``, per-sample
-    None)."""
+    None). Retokenised a batch at a time: only the entropies are kept."""
     kept = scored_texts(texts)
-    token_lists: list[list[int]] = [[] for _ in texts]
-    for i, ids in zip(kept, retokenize([texts[i] for i in kept], tokenizer, max_length)):
-        token_lists[i] = ids
-    return mean_entropy(token_lists)
+    per_sample: list[float | None] = [None] * len(texts)
+    for start in range(0, len(kept), RETOKENIZE_BATCH):
+        batch = kept[start:start + RETOKENIZE_BATCH]
+        for i, ids in zip(batch, retokenize([texts[i] for i in batch], tokenizer, max_length)):
+            per_sample[i] = unigram_entropy(ids) if ids else None
+    values = [v for v in per_sample if v is not None]
+    return {"entropy": sum(values) / len(values) if values else float("nan"),
+            "n_empty": len(texts) - len(values), "n_samples": len(values), "per_sample": per_sample}

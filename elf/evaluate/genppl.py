@@ -5,9 +5,10 @@ in bf16 under the bf16 precision policy as the authors do: ``elf.precision.score
 
 Protocol (the released scorer, spec §6 corrected, reproduced exactly):
 - texts empty after ``strip()`` are dropped before scoring and counted (``n_empty``);
-- all remaining texts are retokenised in one call, truncated to ``max_length`` tokens (None: not
-  truncated), and right-padded with EOS to the longest text of the **whole set**; only then are they
-  sliced into batches of ``batch_size`` (64), so the score does not depend on the batch size;
+- all remaining texts are retokenised, truncated to ``max_length`` tokens (None: not truncated), and
+  right-padded with EOS to the longest text of the **whole set**, in batches of ``batch_size`` (64),
+  so the score does not depend on the batch size (the set's longest is found first, so a batch is
+  padded as the released scorer pads the whole set without holding it: memory is one batch's);
 - a padded set longer than the scorer's context (1024 positions for GPT-2 Large) is scored in
   context-sized chunks along the sequence, each chunk on its own (no context carried over), as the
   authors' ``Metrics`` does: a 1024-token sample retokenised by GPT-2 can be longer than GPT-2 Large's
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 GPT2_CONTEXT = 1024  # the released scorer truncates at 1024 tokens (spec §6)
+RETOKENIZE_BATCH = 256  # texts retokenised at once when only their lengths are needed
 
 
 def scoring_context(model, max_length: int = GPT2_CONTEXT) -> int:
@@ -61,9 +63,11 @@ def retokenize(texts: Sequence[str], tokenizer, max_length: int | None) -> list[
     return [list(ids) for ids in encoded["input_ids"]]
 
 
-def pad_right(batch: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad token lists to the longest with ``pad_id``: (input_ids, attention_mask), both (B, T)."""
-    longest = max(len(ids) for ids in batch)
+def pad_right(batch: Sequence[Sequence[int]], pad_id: int, longest: int | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists with ``pad_id`` to ``longest`` (None: the batch's longest):
+    (input_ids, attention_mask), both (B, T)."""
+    longest = max(len(ids) for ids in batch) if longest is None else longest
     input_ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(batch), longest), dtype=torch.long)
     for row, ids in enumerate(batch):
@@ -118,9 +122,8 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
     per_sample: list[float | None] = [None] * len(texts)
     per_nll: list[float | None] = [None] * len(texts)
     per_tokens: list[int | None] = [None] * len(texts)
-    token_lists = retokenize([texts[i] for i in kept], tokenizer, max_length)
-    row_sums, row_counts = _score_rows(model, token_lists, eos_id, batch_size, device, progress,
-                                       model_context(model))
+    row_sums, row_counts = _score_rows(model, [texts[i] for i in kept], tokenizer, max_length, eos_id,
+                                       batch_size, device, progress, model_context(model))
     for k, (row_sum, row_count) in enumerate(zip(row_sums.tolist(), row_counts.tolist())):
         per_sample[kept[k]] = math.exp(row_sum / row_count) if row_count else None
         per_nll[kept[k]], per_tokens[kept[k]] = row_sum, int(row_count)
@@ -137,28 +140,33 @@ def gen_ppl(texts: Sequence[str], model, tokenizer, batch_size: int = 64,
             "per_sample_nll": per_nll, "per_sample_tokens": per_tokens}
 
 
-def _score_rows(model, token_lists, eos_id: int, batch_size: int, device, progress: bool,
-                context: int):
-    """(Σ counted NLL, number of counted targets) per text, float64 and int64 tensors (N,): the whole
-    set padded at once with EOS to its longest, cut into chunks of ``context`` positions, each chunk
-    scored in slices of ``batch_size`` of the rows that have a token of their own in it (a chunk of
-    padding alone counts no target: its first EOS is its position 0)."""
-    n = len(token_lists)
+def _score_rows(model, texts: Sequence[str], tokenizer, max_length: int | None, eos_id: int,
+                batch_size: int, device, progress: bool, context: int):
+    """(Σ counted NLL, number of counted targets) per text, float64 and int64 tensors (N,), as if the
+    whole set were padded at once with EOS to its longest and cut into chunks of ``context``
+    positions, each chunk scored on its own. Streamed (issue 27: memory independent of the number of
+    texts): one pass retokenises the texts for their lengths only; the second retokenises
+    ``batch_size`` texts at a time, pads them to the set's longest and scores each chunk for the rows
+    that have a token of their own in it (a chunk of padding alone counts no target: its first EOS
+    is its position 0). Within the context this is the released scorer's batching exactly."""
+    n = len(texts)
     row_sums, row_counts = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.long)
-    if not token_lists:
+    if not texts:
         return row_sums, row_counts
-    input_ids, attention_mask = pad_right(token_lists, eos_id)
-    for begin in range(0, input_ids.shape[1], context):
-        ids, mask = input_ids[:, begin:begin + context], attention_mask[:, begin:begin + context]
-        counted = counted_targets(ids, eos_id)                               # (N, chunk − 1)
-        if not counted.shape[1]:
-            continue  # a one-position chunk has no target
-        active = torch.nonzero(mask.any(1) if begin else torch.ones(n, dtype=torch.bool)).flatten()
-        starts = range(0, len(active), batch_size)
-        for start in tqdm(starts, desc="gen ppl", unit="batch", disable=not progress):
-            rows = active[start:start + batch_size]
-            nll = target_nll(model, ids[rows].to(device), mask[rows].to(device)).cpu().double()
-            # where, not a product: a masked position's NLL may be inf (XLA: no f64 on TPU)
-            row_sums[rows] += torch.where(counted[rows], nll, torch.zeros_like(nll)).sum(1)
-        row_counts += counted.sum(1)
+    longest = max(len(ids) for start in range(0, n, RETOKENIZE_BATCH)
+                  for ids in retokenize(texts[start:start + RETOKENIZE_BATCH], tokenizer, max_length))
+    for start in tqdm(range(0, n, batch_size), desc="gen ppl", unit="batch", disable=not progress):
+        token_lists = retokenize(texts[start:start + batch_size], tokenizer, max_length)
+        input_ids, attention_mask = pad_right(token_lists, eos_id, longest)
+        for begin in range(0, longest, context):
+            ids, mask = input_ids[:, begin:begin + context], attention_mask[:, begin:begin + context]
+            counted = counted_targets(ids, eos_id)                           # (B, chunk − 1)
+            if not counted.shape[1]:
+                continue  # a one-position chunk has no target
+            rows = torch.nonzero(mask.any(1) if begin else torch.ones(len(ids), dtype=torch.bool)).flatten()
+            if len(rows):
+                nll = target_nll(model, ids[rows].to(device), mask[rows].to(device)).cpu().double()
+                # where, not a product: a masked position's NLL may be inf (XLA: no f64 on TPU)
+                row_sums[start + rows] += torch.where(counted[rows], nll, torch.zeros_like(nll)).sum(1)
+            row_counts[start:start + len(ids)] += counted.sum(1)
     return row_sums, row_counts

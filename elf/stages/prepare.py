@@ -13,6 +13,10 @@ vocabulary are refused) and lays out one row per record as their collate does; i
 split is tokenised here without special tokens and laid out the same way.
 ``max_train_sequences`` caps the train split only. The same inputs give byte-identical files.
 
+Memory is one batch per process whatever the data's size: saved and hub datasets are memory-mapped,
+and a local JSONL, Parquet or text file is streamed a block at a time into
+``<out>.parts/raw/<split>.arrow`` and memory-mapped from there (its fingerprint hashes the file).
+
 Shards (OpenWebText: 9B tokens, too big for one process's memory). The train split is cut into
 ``prepare_shards`` contiguous shards (``datasets.Dataset.shard(contiguous=True)``); validation and test
 are one shard each. Every shard is tokenised and packed on its own, a batch of documents at a time
@@ -119,12 +123,12 @@ def prepare_dataset(settings: DatasetSettings, *, tokenizer_ref: str, raw_root: 
     except (OSError, ValueError) as err:
         raise ElfError(f"--tokenizer {tokenizer_ref!r} could not be loaded: {err}") from err
     tokenizer_sha = tokenizer_sha256(tokenizer_ref)
+    parts = Path(f"{out}.parts")  # shard files, and a local raw file streamed into Arrow
     carve = CarveSizes(carve_docs, carve_docs, carve_docs)
     try:
-        raw = load_raw(settings, raw_root, carve, num_proc=num_proc)
+        raw = load_raw(settings, raw_root, carve, num_proc=num_proc, cache_dir=parts / "raw")
     except DataError as err:
         raise ElfError(str(err)) from err
-    parts = Path(f"{out}.parts")
     jobs = plan_shards(raw, settings, parts, tokenizer_sha or str(tokenizer_ref))
     run_shards(jobs, settings, tokenizer, num_proc)
     packed, shard_records = {}, {}

@@ -57,6 +57,7 @@ from elf.artifacts import file_sha256
 TASKS = ("unconditional", "translation", "summarization")
 GPT2_CONTEXT = 1024  # = elf.evaluate.genppl.GPT2_CONTEXT, the released scorer's truncation
 MAX_LENGTH = None    # the default: whole samples, long ones in context-sized chunks (authors' Metrics)
+SCORED_FIELDS = ("i", "text", "reference")  # what scoring reads of a sample (not its token ids)
 
 
 def register(subparsers) -> None:
@@ -172,7 +173,7 @@ def read_samples_file(path: str, task: str, run: str | None, sampler: str | None
     from elf.artifacts.records import SamplesFormatError, read_samples
 
     try:
-        header, rows = read_samples(path)
+        header, rows = read_samples(path, fields=SCORED_FIELDS)
     except (SamplesFormatError, FileNotFoundError) as err:
         raise ElfError(f"--samples: {err}") from err
     if not rows:
