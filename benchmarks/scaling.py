@@ -334,9 +334,9 @@ def report(rows: list[dict], corruption_s: float) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--base-docs", type=int, default=1000,
-                   help="documents of the 1x corpus (~150 words each; at least prepare's batch of "
-                   "1000 documents: memory then grows no more)")
+    p.add_argument("--base-docs", type=int, default=2000,
+                   help="documents of the 1x corpus (~150 words each; twice prepare's batch of 1000 "
+                   "documents, so that 1x already holds full batches of the train split)")
     p.add_argument("--base-samples", type=int, default=64,
                    help="samples per seed at 1x (at least the score batch, 64: memory then grows no more)")
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16])

@@ -157,8 +157,32 @@ def _join(prefix: str, name: str) -> str:
 
 
 def to_dict(obj: Any) -> Any:
-    """Dataclass → plain JSON-ready dict (tuples become lists)."""
-    return json.loads(json.dumps(dataclasses.asdict(obj)))
+    """Dataclass → plain JSON-ready dict (tuples become lists, keys strings): what a JSON round trip
+    of ``dataclasses.asdict`` gives, without its copies (the plan serialises every run's settings
+    for every job: issue 26)."""
+    return _plain(obj)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, JSON_LEAVES):
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {key if isinstance(key, str) else _json_key(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+JSON_LEAVES = (str, int, float, bool, type(None))
+
+
+def _json_key(key: Any) -> str:
+    """A non-string key as JSON writes it (1 → "1", True → "true")."""
+    if not isinstance(key, JSON_LEAVES):
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+    return next(iter(json.loads(json.dumps({key: 0}))))
 
 
 def deep_merge(base: dict, override: dict) -> dict:

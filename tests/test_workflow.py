@@ -101,7 +101,8 @@ def dry_run_jobs(configfile, *extra) -> list[dict]:
                 jobs[-1]["stage"] = value.strip().removeprefix("stage=")
         elif jobs and line.startswith("Shell command:"):  # the profile prints each job's command
             found = re.search(r"(?:^|\s)(?:elf|-m elf) ([a-z]+) ", line.split(":", 1)[1] + " ")
-            jobs[-1]["stage"] = found.group(1) if found else None
+            if found:  # ("Shell command: None" for a run: block such as code_digest's)
+                jobs[-1]["stage"] = found.group(1)
     return jobs
 
 
