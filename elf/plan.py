@@ -204,8 +204,9 @@ class Dag:
         settings = self.exp.embeddings[embedding]
         return self.built_or_name(self.exp.encoders[settings.encoder], self.encoder_path(settings.encoder))
 
-    def tokenizer_input(self) -> list[str]:
-        """The tokenizer folder when the DAG builds it (a rule input: the same for every job)."""
+    def tokenizer_input(self, wildcards=None) -> list[str]:
+        """The tokenizer folder when the DAG builds it (an input function, not a list: with the
+        tokenizer also a param, Snakemake's linter takes a literal input for a hard-coded prefix)."""
         return [self.tokenizer] if self.exp.tokenizer.source == "build" else []
 
     def corpora_input(self, dataset: str) -> list[str]:

@@ -42,7 +42,7 @@ rule prepare:
         ENV
     input:
         code("prepare"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
         corpora=lambda w: PLAN.corpora_input(w.dataset),
     output:
         directory(PLAN.tokens_pattern),
@@ -65,7 +65,7 @@ rule encoder:
         ENV
     input:
         code("encoder"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
         tokens=PLAN.encoder_tokens,
     output:
         directory(PLAN.encoder_pattern),

@@ -9,7 +9,7 @@ rule decoder:
     input:
         code("decoder"),
         store=lambda w: PLAN.decoder_store(w.name),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
     output:
         PLAN.decoder_pattern,
     params:

@@ -12,7 +12,7 @@ rule distill:
     input:
         unpack(PLAN.distill_inputs),
         code("distill"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
     output:
         ema=PLAN.run_weights_pattern,
         tokens=PLAN.run_tokens_pattern,

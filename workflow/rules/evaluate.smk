@@ -11,7 +11,7 @@ rule evaluate:
     input:
         unpack(PLAN.eval_inputs),
         code("evaluate"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
         ckpt=PLAN.run_weights_pattern,
     output:
         directory(PLAN.eval_dir_pattern),
@@ -23,7 +23,7 @@ rule evaluate:
         plan=lambda w: PLAN.eval_plan_json(w.run, w.group),
         inputs=PLAN.eval_input_args,
         tokenizer=PLAN.tokenizer,
-        ckpt_dir=PLAN.run_dir_pattern,
+        ckpt_dir=lambda w: PLAN.run_dir_pattern.format(run=w.run),
     log:
         f"{R}/logs/evaluate/{{run}}/{{group}}.log",
     shell:
@@ -38,7 +38,7 @@ rule trajectory:
         ENV
     input:
         code("trajectory"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
         ckpt=PLAN.run_weights_pattern,
     output:
         PLAN.trajectory_pattern,
@@ -50,7 +50,7 @@ rule trajectory:
         seed=EXP.evaluation.seeds[0],
         tokenizer=PLAN.tokenizer,
         precision=EXP.precision,
-        ckpt_dir=PLAN.run_dir_pattern,
+        ckpt_dir=lambda w: PLAN.run_dir_pattern.format(run=w.run),
     log:
         f"{R}/logs/trajectory/{{run}}/{{sampler}}.log",
     shell:

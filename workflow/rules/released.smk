@@ -15,7 +15,7 @@ rule released:
         ENV
     input:
         code("release"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
         source=PLAN.released_source,
     output:
         PLAN.run_weights_pattern,

@@ -9,7 +9,7 @@ rule score_dataset:
         ENV
     input:
         code("score"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
         tokens=PLAN.tokens_pattern,
         scorer=PLAN.scorer,
     output:

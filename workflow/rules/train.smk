@@ -9,7 +9,7 @@ rule train:
     input:
         unpack(PLAN.train_data),
         code("train"),
-        tok=PLAN.tokenizer_input(),
+        tok=PLAN.tokenizer_input,
     output:
         PLAN.run_weights_pattern,
     wildcard_constraints:
