@@ -47,7 +47,7 @@ PREFIX = (
 
 
 def code(stage):
-    """The digest of the elf/ files `elf <stage>` runs (rule code_digest, rules/code.smk): editing one
+    """The digest of the elf/ files `elf <stage>` runs (code_digest in rules/code.smk). Editing one
     of them rewrites the digest, which reruns the jobs of every rule whose stage imports it, and
     whatever depends on their outputs. One input a job, not the ~45 files of the closure: planning
     cost is per input file (issue 26)."""
