@@ -238,3 +238,18 @@ def test_score_stage_bad_file_among_several_writes_nothing(scorer_dir, tmp_path,
 def test_stage_default_context_is_the_released_one():
     assert score_stage.GPT2_CONTEXT == GPT2_CONTEXT == 1024
     assert score_stage.MAX_LENGTH is None   # whole samples, long ones in context-sized chunks
+
+
+def test_reading_only_some_fields_still_checks_every_row(tmp_path):
+    """``read_samples(fields=...)`` (``elf score``: no token ids held) keeps only those keys of each
+    row, and refuses a row whose token ids break the header's ``max_tokens`` all the same."""
+    from elf.artifacts.records import SamplesFormatError
+
+    path = tmp_path / "seed0.jsonl"
+    rows = [{"i": i, "text": f"t{i}", "token_ids": [1, 2, 3]} for i in range(3)]
+    write_samples(path, {"n": 3, "max_tokens": 3}, rows)
+    header, kept = read_samples(path, fields=("i", "text", "reference"))
+    assert header["n"] == 3 and kept == [{"i": i, "text": f"t{i}"} for i in range(3)]
+    write_samples(path, {"n": 3, "max_tokens": 2}, rows)
+    with pytest.raises(SamplesFormatError, match=r"seed0\.jsonl:2: 3 token ids"):
+        read_samples(path, fields=("text",))
