@@ -105,20 +105,24 @@ def measure(cmd: list[str]) -> dict:
     """Run ``cmd`` (one torch thread, the worktree's ``elf``); its peak anon / total RSS (MB) and wall s."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak_anon = peak_rss = 0
-    try:
-        while proc.poll() is None:
-            anon, rss = _memory_kb(_tree(proc.pid))
-            peak_anon, peak_rss = max(peak_anon, anon), max(peak_rss, rss)
-            time.sleep(0.02)
-    finally:  # interrupted (Ctrl-C): the stage does not run on alone
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    wall = time.perf_counter() - start
-    output = proc.stdout.read()
+    # The stage's output goes to a file: a pipe read only at the end blocks a stage that prints more
+    # than the pipe holds (64 KB), and the stage then waits for ever.
+    with tempfile.TemporaryFile(mode="w+") as log:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        peak_anon = peak_rss = 0
+        try:
+            while proc.poll() is None:
+                anon, rss = _memory_kb(_tree(proc.pid))
+                peak_anon, peak_rss = max(peak_anon, anon), max(peak_rss, rss)
+                time.sleep(0.02)
+        finally:  # interrupted (Ctrl-C): the stage does not run on alone
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        wall = time.perf_counter() - start
+        log.seek(0)
+        output = log.read()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(cmd[:3])} failed ({proc.returncode}):\n{output[-3000:]}")
     return dict(anon_mb=peak_anon / 1024, rss_mb=peak_rss / 1024, wall_s=wall)

@@ -26,6 +26,7 @@ from elf.hub import pretrained_ref
 from elf.pairs import Needs, figure_pairs, review_pairs, run_samplers, seeds_of, upstream_runs
 from elf.plan_index import plan_index as _index
 from elf.wildcards import alternatives as _alternatives
+from elf.wildcards import not_one_of
 
 ALL_SAMPLERS = "all"  # the group name of a run's single evaluation job under group_by: run
 
@@ -163,7 +164,7 @@ class Dag:
         self.manifest_file = f"{P}/{layout.MANIFEST}"
         self.tokenizer = self.built_or_name(exp.tokenizer, self.tokenizer_dir)
         self.upstream = set(upstream_runs(exp))
-        self.any_run = _alternatives(exp.runs)  # keeps R/scores/_dataset/... out of per-run rules
+        self.any_run = r"[^/]+"  # one path component (a run's name; an unknown one fails in the plan)
         self._costs: dict[str, float] | None = None
         self._max_cost = 1.0
         self._dicts: dict[tuple[str, str], dict] = {}
@@ -248,7 +249,10 @@ class Dag:
 
     def runs_of_kind(self, kind: str) -> str:
         """A wildcard regex matching the runs of one kind (train / distill / released), so that each
-        kind's rule alone makes ``R/runs/{run}/ema.safetensors``."""
+        kind's rule alone makes ``R/runs/{run}/ema.safetensors``: distillation and released runs by
+        name, training runs as every name but theirs (elf/wildcards.py: a short constraint)."""
+        if kind == "train":
+            return not_one_of(n for n in self.exp.runs if self.exp.run(n).kind != "train")
         return _alternatives(n for n in self.exp.runs if self.exp.run(n).kind == kind)
 
     def train_priority(self, wildcards) -> int:

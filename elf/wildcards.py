@@ -1,5 +1,10 @@
-"""Wildcard regexes of the workflow: a regex matching exactly a set of names (runs of one kind,
-figure ids of one kind, sharded datasets), for Snakemake's ``wildcard_constraints``."""
+"""Wildcard regexes of the workflow, for Snakemake's ``wildcard_constraints``: a regex matching exactly
+a set of names (figure ids of one kind, sharded datasets, distillation and released runs), or any
+path component but a set of names (the training runs: every run but those).
+
+Snakemake writes a rule's constraints into its output patterns and rewrites those patterns for every
+job, so a constraint's length is paid per job: a regex spelling each of 10,000 training runs made
+``snakemake -n`` superlinear (issue 26). The larger kind is therefore named by what it is not."""
 
 from __future__ import annotations
 
@@ -26,3 +31,12 @@ def _trie_regex(node: dict) -> str:
         return ""
     body = branches[0] if len(branches) == 1 and not ends else f"(?:{'|'.join(branches)})"
     return f"{body}?" if ends else body
+
+
+def not_one_of(names) -> str:
+    """A wildcard regex matching any path component (no ``/``) except exactly one of ``names``: a
+    negative lookahead over their trie, the name ending at a ``/`` or at the end of the path."""
+    names = list(names)
+    if not names:
+        return "[^/]+"
+    return f"(?!(?:{alternatives(names)})(?:/|$))[^/]+"

@@ -101,6 +101,12 @@ def test_run_inputs_and_settings(ci):
     assert matched(dag.runs_of_kind("distill"), [*config["runs"], "pd_r", "pd_r55"]) == \
         {f"pd_r{k}" for k in range(1, 6)}
     assert dag.runs_of_kind("released") == "(?!)"  # none: a regex that matches nothing
+    train_runs = {n for n in config["runs"] if dag.exp.run(n).kind == "train"}
+    assert matched(dag.runs_of_kind("train"), [*config["runs"], "pd_r", "pd_r55"]) == train_runs | {"pd_r", "pd_r55"}
+    in_path = re.compile(f"{R}/runs/(?P<run>{dag.runs_of_kind('train')})/ema\\.safetensors")
+    assert in_path.fullmatch(f"{R}/runs/base/ema.safetensors")
+    assert not in_path.fullmatch(f"{R}/runs/pd_r1/ema.safetensors")
+    assert len(plan.Dag(parse_experiment(load("paper.yaml")), needs).runs_of_kind("train")) < 200
 
 
 def matched(regex: str, candidates) -> set[str]:

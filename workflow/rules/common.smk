@@ -1,5 +1,7 @@
 # Config validation, the output roots, code() and the report registration; every path, input function
 # and setting of the rules is elf/plan.py's (PLAN.<name>, unit-tested in tests/test_plan.py).
+import contextlib
+import inspect
 import json
 import os
 import shlex
@@ -57,6 +59,17 @@ def code(stage):
 def code_files(wildcards):
     """The files of the stage's closure, read from its imports (elf/deps.py)."""
     return [str(path) for path in deps.stage_files(wildcards.stage)]
+
+
+def cache_signatures(rules):
+    """Give each input and param function of ``rules`` its own __signature__ (bound methods: their
+    function's), so that Snakemake's per-job inspection reads it instead of rebuilding it."""
+    for each in rules:
+        for item in (*each.input, *each.params):
+            func = getattr(item, "__func__", item)
+            if callable(func) and not hasattr(func, "__signature__"):
+                with contextlib.suppress(AttributeError, TypeError, ValueError):  # a builtin: left as is
+                    func.__signature__ = inspect.signature(func)
 
 
 def torch_threads(wildcards, threads, resources):

@@ -12,7 +12,6 @@ rule distill:
     input:
         unpack(PLAN.distill_inputs),
         code("distill"),
-        tok=PLAN.tokenizer_input,
     output:
         ema=PLAN.run_weights_pattern,
         tokens=PLAN.run_tokens_pattern,
@@ -21,7 +20,7 @@ rule distill:
     params:
         threads=torch_threads,
         settings=lambda w: PLAN.train_settings_json(w.run),
-        tokenizer=PLAN.tokenizer,
+        tokenizer=PLAN.tokenizer,  # no input of its own: the store or checkpoint waits for it
         teacher=lambda w, input: str(Path(input.teacher).parent),
         init=lambda w, input: str(Path(input.init).parent),
         out=PLAN.run_dir_pattern,

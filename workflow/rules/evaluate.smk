@@ -11,7 +11,6 @@ rule evaluate:
     input:
         unpack(PLAN.eval_inputs),
         code("evaluate"),
-        tok=PLAN.tokenizer_input,
         ckpt=PLAN.run_weights_pattern,
     output:
         directory(PLAN.eval_dir_pattern),
@@ -22,7 +21,7 @@ rule evaluate:
         threads=torch_threads,
         plan=lambda w: PLAN.eval_plan_json(w.run, w.group),
         inputs=PLAN.eval_input_args,
-        tokenizer=PLAN.tokenizer,
+        tokenizer=PLAN.tokenizer,  # no input of its own: the store or checkpoint waits for it
         ckpt_dir=lambda w: PLAN.run_dir_pattern.format(run=w.run),
     log:
         f"{R}/logs/evaluate/{{run}}/{{group}}.log",
@@ -38,7 +37,6 @@ rule trajectory:
         ENV
     input:
         code("trajectory"),
-        tok=PLAN.tokenizer_input,
         ckpt=PLAN.run_weights_pattern,
     output:
         PLAN.trajectory_pattern,
@@ -48,7 +46,7 @@ rule trajectory:
         threads=torch_threads,
         sampler=lambda w: PLAN.as_json(EXP.samplers[w.sampler]),
         seed=EXP.evaluation.seeds[0],
-        tokenizer=PLAN.tokenizer,
+        tokenizer=PLAN.tokenizer,  # no input of its own: the store or checkpoint waits for it
         precision=EXP.precision,
         ckpt_dir=lambda w: PLAN.run_dir_pattern.format(run=w.run),
     log:

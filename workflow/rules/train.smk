@@ -9,7 +9,6 @@ rule train:
     input:
         unpack(PLAN.train_data),
         code("train"),
-        tok=PLAN.tokenizer_input,
     output:
         PLAN.run_weights_pattern,
     wildcard_constraints:
@@ -18,7 +17,7 @@ rule train:
         threads=torch_threads,
         settings=lambda w: PLAN.train_settings_json(w.run),
         data=PLAN.train_data_args,
-        tokenizer=PLAN.tokenizer,
+        tokenizer=PLAN.tokenizer,  # no input of its own: the store or checkpoint waits for it
         out=PLAN.run_dir_pattern,
         # the job's GPUs (profile resource `gpu`, slurm/config.yaml): N > 1 → DDP, one process per GPU
         launch=lambda w, resources: launcher(resources),
