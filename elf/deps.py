@@ -28,7 +28,6 @@ closure says.
 from __future__ import annotations
 
 import ast
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -148,9 +147,11 @@ def digest_text(paths: list[str | Path]) -> str:
     """``sha256  elf/<file>`` per line: a stage's code digest (``R/code/{stage}.sha256``), the one
     code input of its jobs. Planning reads one file a job instead of the ~45 of its closure
     (issue 26: at 10,000 runs the per-file work was most of ``snakemake -n``)."""
+    from elf.artifacts import file_sha256
+
     root = PACKAGE_DIR.parent
     lines = []
     for path in sorted(Path(p).resolve() for p in paths):
         name = path.relative_to(root) if path.is_relative_to(root) else path
-        lines.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {name}\n")
+        lines.append(f"{file_sha256(path)}  {name}\n")
     return "".join(lines)

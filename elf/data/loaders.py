@@ -38,6 +38,8 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 import pyarrow.parquet as pa_parquet
 
+from elf.artifacts import file_sha256
+
 SPLITS = ("train", "validation", "test")
 HELDOUT = "heldout"
 DATA_SUFFIXES = (".txt", ".jsonl", ".parquet")
@@ -308,9 +310,7 @@ def _stream_files(files: list[Path], out: Path) -> datasets.Dataset:
                         raise DataError(f"{path}: columns {batch.schema.names} differ from "
                                         f"{files[0]}'s {schema.names}")
                     writer.write_batch(batch if batch.schema == schema else _cast(batch, schema, path))
-                with open(path, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        digest.update(block)
+                digest.update(file_sha256(path).encode())
             if writer is None:  # no rows at all
                 writer = pa.ipc.new_stream(sink, pa.schema([("text", pa.string())]))
             writer.close()

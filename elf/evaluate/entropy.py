@@ -30,10 +30,13 @@ def unigram_entropy(token_ids: Sequence[int]) -> float:
 def mean_entropy(token_id_lists: Sequence[Sequence[int]]) -> dict:
     """Mean per-sample unigram entropy over the non-empty samples (nan if there are none), and
     ``per_sample``: each sample's entropy (None for an empty one)."""
-    per_sample = [unigram_entropy(ids) if len(ids) else None for ids in token_id_lists]
+    return _summary([unigram_entropy(ids) if len(ids) else None for ids in token_id_lists])
+
+
+def _summary(per_sample: list[float | None]) -> dict:
     values = [v for v in per_sample if v is not None]
     mean = sum(values) / len(values) if values else float("nan")
-    return {"entropy": mean, "n_empty": len(token_id_lists) - len(values), "n_samples": len(values),
+    return {"entropy": mean, "n_empty": len(per_sample) - len(values), "n_samples": len(values),
             "per_sample": per_sample}
 
 
@@ -47,6 +50,4 @@ def text_entropy(texts: Sequence[str], tokenizer, max_length: int | None = None)
         batch = kept[start:start + RETOKENIZE_BATCH]
         for i, ids in zip(batch, retokenize([texts[i] for i in batch], tokenizer, max_length)):
             per_sample[i] = unigram_entropy(ids) if ids else None
-    values = [v for v in per_sample if v is not None]
-    return {"entropy": sum(values) / len(values) if values else float("nan"),
-            "n_empty": len(texts) - len(values), "n_samples": len(values), "per_sample": per_sample}
+    return _summary(per_sample)
