@@ -105,3 +105,38 @@ def test_f18_lists_every_recorded_step_of_sequence_0(tmp_path):
     assert read_json(inputs["files"][0]["path"])["steps"] == steps
     with pytest.raises(MissingInputError, match="trajectory"):
         load_qualitative(experiment(), "F18", F18_NEEDS, EvalFolders.of(()), tmp_path / "elsewhere")
+
+
+def _text_inside_figure(fig) -> bool:
+    """Whether every drawn text (titles included) lies within the rendered figure."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig.bbox
+    renderer = canvas.get_renderer()
+    texts = [t for ax in fig.axes for t in (*ax.texts, ax.title, ax._left_title) if t.get_text()]
+    return bool(texts) and all(
+        box.x0 - 1 <= b.x0 and b.x1 <= box.x1 + 1 and box.y0 - 1 <= b.y0 and b.y1 <= box.y1 + 1
+        for b in (t.get_window_extent(renderer) for t in texts))
+
+
+def test_paper_length_texts_are_cut_to_fit_and_kept_whole_in_the_csv(tmp_path):
+    long_text = " ".join(f"word{k}" for k in range(900))  # ~1024 tokens' worth of text
+    write_pair(tmp_path, "base", "unconditional", [long_text, long_text],
+               [{"gen_ppl": 3.0, "entropy": 1.0}, {"gen_ppl": 4.0, "entropy": 1.0}])
+    write_pair(tmp_path, "wmt", "translation", [long_text], [{"bleu": 1.0}])
+    inputs = load_qualitative(experiment(), "F8", F8_NEEDS, EvalFolders.under(tmp_path), None)
+    fig, shown = draw_examples(inputs, PAPER)
+    assert _text_inside_figure(fig)
+    drawn = fig.axes[0].texts[0].get_text().splitlines()
+    assert len(drawn) == 6 and drawn[-1].strip().startswith("… (") and "more characters" in drawn[-1]
+    assert fig.get_size_inches()[1] < 5 and shown["text"].iloc[0] == long_text
+    steps = [{"t": k / 15, "step": k, "state": "x_hat", "texts": [long_text], "token_ids": [[1]]}
+             for k in range(16)]
+    write_json(tmp_path / "trajectories" / "base" / "ode.json", {"provenance": {"seed": 3}, "steps": steps})
+    inputs = load_qualitative(experiment(), "F18", F18_NEEDS, EvalFolders.of(()), tmp_path / "trajectories")
+    fig, shown = draw_trajectory(inputs, {})
+    assert _text_inside_figure(fig)
+    drawn = fig.axes[0].texts[0].get_text().splitlines()
+    assert [line[:6] for line in drawn[::3]] == [f"t={k / 15:.2f}"[:6] for k in range(16)]
+    assert shown["text"].tolist() == [long_text] * 16

@@ -14,7 +14,9 @@ Reads (never writes):
     shown = load_qualitative(exp, "F8", registry.needs("F8", "figure"), folders, trajectories_root)
     fig, points = draw_examples(shown, paper_values)
 
-Which of the two an id reads is its registry entry's ``needs`` (``samples`` or ``trajectory``).
+Which of the two an id reads is its registry entry's ``needs`` (``samples`` or ``trajectory``). Each
+text block is cut to a few lines (``EXAMPLE_LINES``, ``STEP_LINES``: a paper-scale sample of 1024
+tokens is ~50 wrapped lines) and the figure sized to what is shown; its CSV holds every text whole.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ PAPER_KEYS = {"gen_ppl": "uncond_gen_ppl", "entropy": "uncond_entropy", "bleu": 
               "rouge1": "summarization_rouge1", "rouge2": "summarization_rouge2",
               "rougeL": "summarization_rougeL"}
 WRAP = 110  # characters per line in the panels
+EXAMPLE_LINES = 6  # lines shown of each F8 text block (a 1024-token sample is ~50): the CSV has it whole
+STEP_LINES = 3  # lines shown of each F18 step
+LINE_IN = 0.115  # inches per line of the panels' 6.5 pt monospace text (1.2 line spacing + margin)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -123,14 +128,20 @@ def _fmt(value) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
-def _text_panel(ax, title: str, blocks: list[tuple[str, str]]) -> None:
-    """Wrapped text blocks (label, text) top to bottom in an axis without frame."""
+def clipped_lines(label: str, text: str | None, max_lines: int) -> list[str]:
+    """``label: text`` wrapped to ``WRAP`` characters, cut to ``max_lines`` lines; a cut block's last line
+    says how many characters are not shown (the figure's CSV holds the whole text)."""
+    wrapped = textwrap.wrap(text or "(empty)", WRAP - len(label) - 2) or ["(empty)"]
+    if len(wrapped) > max_lines:
+        hidden = len(text) - len(" ".join(wrapped[:max_lines - 1]))
+        wrapped = wrapped[:max_lines - 1] + [f"… ({hidden} more characters in the CSV)"]
+    return [f"{label}: {wrapped[0]}"] + [" " * (len(label) + 2) + w for w in wrapped[1:]]
+
+
+def _text_panel(ax, title: str, lines: list[str]) -> None:
+    """Text lines top to bottom in an axis without frame."""
     ax.axis("off")
     ax.set_title(title, loc="left", fontsize=8, fontweight="bold")
-    lines = []
-    for label, text in blocks:
-        wrapped = textwrap.wrap(text or "(empty)", WRAP) or ["(empty)"]
-        lines += [f"{label}: {wrapped[0]}"] + [" " * (len(label) + 2) + w for w in wrapped[1:]]
     ax.text(0, 1, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=6.5,
             transform=ax.transAxes)
 
@@ -145,25 +156,32 @@ def trajectory_text(inputs: FigureInputs) -> tuple[Figure, pd.DataFrame]:
     return draw_trajectory(inputs.shown, inputs.paper_values)
 
 
+def _example_lines(ex: dict) -> list[str]:
+    """The shown lines of one F8 example: its source (conditional tasks), ELF's text, its reference."""
+    blocks = [("source", ex["source"])] if ex["source"] is not None else []
+    blocks.append(("ELF", ex["text"]))
+    if ex["reference"] is not None:
+        blocks.append(("reference", ex["reference"]))
+    return [line for label, text in blocks for line in clipped_lines(label, text, EXAMPLE_LINES)]
+
+
 def draw_examples(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFrame]:
     """One example per task (run) with its own metrics, beside the numbers of the paper's F8."""
     paper = next((f.get("per_example_metrics", {}) for f in paper_values.get("figures", [])
                   if f.get("src") == "F8"), {})
     examples = inputs["examples"]
-    fig = Figure(figsize=(9, 2.2 * len(examples) + 0.4))
-    axes = fig.subplots(len(examples), 1, squeeze=False)[:, 0]
+    panel_lines = [_example_lines(ex) for ex in examples]
+    heights = [LINE_IN * (len(lines) + 4) for lines in panel_lines]  # + the two-line title and gaps
+    fig = Figure(figsize=(9, sum(heights) + 0.3))
+    axes = fig.subplots(len(examples), 1, squeeze=False, height_ratios=heights)[:, 0]
     rows = []
-    for ax, ex in zip(axes, examples):
+    for ax, ex, lines in zip(axes, examples, panel_lines):
         ours = ", ".join(f"{m} {_fmt(v)}" for m, v in ex["metrics"].items())
         theirs = ", ".join(f"{m} {_fmt(paper.get(PAPER_KEYS[m]))}" for m in ex["metrics"])
         title = (f"{ex['task']} — run {ex['run']}, sampler {ex['sampler']}, seed {ex['seed']}, "
                  f"sample {ex['i']} (median {MAIN_METRIC[ex['task']]} of {ex['n_examples']})\n"
                  f"ours: {ours}   |   the paper's example: {theirs}")
-        blocks = [("source", ex["source"])] if ex["source"] is not None else []
-        blocks.append(("ELF", ex["text"]))
-        if ex["reference"] is not None:
-            blocks.append(("reference", ex["reference"]))
-        _text_panel(ax, title, blocks)
+        _text_panel(ax, title, lines)
         for metric, value in ex["metrics"].items():
             rows.append(dict(task=ex["task"], run=ex["run"], sampler=ex["sampler"], seed=ex["seed"],
                              i=ex["i"], metric=metric, ours=value,
@@ -177,11 +195,12 @@ def draw_trajectory(inputs: dict, paper_values: dict) -> tuple[Figure, pd.DataFr
     """Sequence 0's decoded x̂ from t = 0 to t = 1 (the final state), one line per recorded step."""
     trajectory = inputs["trajectory"]
     steps = trajectory["blob"]["steps"]
-    fig = Figure(figsize=(9, 0.55 * len(steps) + 0.8))
+    lines = [line for s in steps for line in clipped_lines(f"t={s['t']:.2f}", s["texts"][0], STEP_LINES)]
+    fig = Figure(figsize=(9, LINE_IN * (len(lines) + 2) + 0.5))
     ax = fig.subplots()
     title = (f"Denoising trajectory — run {trajectory['run']}, sampler {trajectory['sampler']}, "
              f"seed {trajectory['blob']['provenance'].get('seed')}, sequence 0")
-    _text_panel(ax, title, [(f"t={s['t']:.2f}", s["texts"][0]) for s in steps])
+    _text_panel(ax, title, lines)
     rows = [dict(run=trajectory["run"], sampler=trajectory["sampler"], step=s["step"], t=s["t"],
                  state=s["state"], text=s["texts"][0]) for s in steps]
     fig.tight_layout()
