@@ -13,11 +13,12 @@ folder and times, for each N:
 
 Nothing is written outside the temporary folder.
 
-Measured on the 2-core development machine, idle, 2026-12-02: plan 0.01 / 0.05 / 0.27 / 4.3 s,
-Snakefile parse 2.1 / 2.6 / 2.8 / 9.4 s, ``snakemake -n`` 2.9 / 3.5 / 8.4 / 61.7 s at 10 / 100 /
-1,000 / 10,000 runs; eight dry runs of 10,000 runs took 49.8-64.4 s (median 59 s; the machine's
-speed varies by about 10 % over an hour). The dry run of 10,000 runs (about 21,000 jobs) is Snakemake's own work
-per job, ~2.5 ms each. On 2026-12-01 it took 192 s: each job then listed its ~45 source files (now
+Measured on the 2-core development machine, idle, 2026-12-02 (a fresh instance): plan 0.01 /
+0.02 / 0.20 / 2.6 s, Snakefile parse 1.5 / 1.5 / 1.9 / 5.9 s, ``snakemake -n`` 1.9 / 2.2 / 5.5 /
+40.4 s at 10 / 100 / 1,000 / 10,000 runs; six more dry runs of 10,000 runs took 38.2-38.6 s. An
+earlier instance of the same machine took 49.8-64.4 s (median 59 s over eight) at the same commit.
+The dry run of 10,000 runs (about 21,000 jobs) is Snakemake's own work
+per job, ~1.9-2.8 ms each. On 2026-12-01 it took 192 s: each job then listed its ~45 source files (now
 one code digest per stage), and the training rule's constraint spelled all 10,000 runs, a regex
 Snakemake rewrote into every job's patterns. Before issue 26, 100 runs took 21 s to plan and 1,000
 did not finish in 150 s.
