@@ -15,8 +15,9 @@ Nothing is written outside the temporary folder.
 
 Measured on the 2-core development machine, idle, 2026-12-02 (a fresh instance): plan 0.01 /
 0.02 / 0.20 / 2.6 s, Snakefile parse 1.5 / 1.5 / 1.9 / 5.9 s, ``snakemake -n`` 1.9 / 2.2 / 5.5 /
-40.4 s at 10 / 100 / 1,000 / 10,000 runs; six more dry runs of 10,000 runs took 38.2-38.6 s. An
-earlier instance of the same machine took 49.8-64.4 s (median 59 s over eight) at the same commit.
+40.4 s at 10 / 100 / 1,000 / 10,000 runs; three more dry runs of 10,000 runs took 38.2-38.6 s.
+An earlier instance of the same machine took 49.8-64.4 s (median 59 s over eight) on the same
+planning code.
 The dry run of 10,000 runs (about 21,000 jobs) is Snakemake's own work
 per job, ~1.9-2.8 ms each. On 2026-12-01 it took 192 s: each job then listed its ~45 source files (now
 one code digest per stage), and the training rule's constraint spelled all 10,000 runs, a regex
