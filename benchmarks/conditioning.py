@@ -24,7 +24,7 @@ its EMA weights, on the test split:
 A variant is a preset name (``PRESETS``) or ``name:key=value,...``: ``task``, ``max_length``,
 ``max_input_length``, ``source_order`` (``svo``: wmt's source in the English clause order),
 ``pad_source`` (sources padded to ``max_input_length``: every target starts
-at the same position), ``encoder`` (``main`` or ``both``), ``encoder_steps``, ``vocab_size``
+at the same position), ``train_docs`` (the train split redrawn at that size), ``encoder`` (``main``, ``both`` or ``task``), ``encoder_steps``, ``vocab_size``
 (retrain the tokenizer at that size on all corpora), and dotted keys into the run's settings
 (``objective.label_drop_prob``, ``budget.steps``, ``model.size`` ...); values are YAML.
 """
@@ -48,7 +48,7 @@ from elf.validate import parse_experiment
 TIMES = (0.1, 0.3, 0.5, 0.7, 0.9)
 TASKS = {"wmt": "translation", "copy": "translation", "xsum": "summarization"}
 DATA_KEYS = ("task", "max_length", "max_input_length", "encoder", "encoder_steps", "vocab_size",
-             "pad_source", "source_order")
+             "pad_source", "source_order", "train_docs")
 
 PRESETS: dict[str, dict] = {
     "copy": {"task": "copy"},
@@ -66,6 +66,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--run", default="wmt", help="the config run every variant overrides")
     p.add_argument("--steps", type=int, default=500, help="training steps")
     p.add_argument("--examples", type=int, default=64, help="test examples scored")
+    p.add_argument("--split", default="test", choices=("train", "validation", "test"),
+                   help="the split scored (train: how much of the training pairs the run memorised)")
     p.add_argument("--input-cfg", type=float, nargs="+", default=[1.0, 2.0])
     p.add_argument("--sampler", default="cond_cfg2", help="sampler name in the config (its input CFG "
                    "is replaced by each --input-cfg)")
@@ -108,18 +110,27 @@ def nested(overrides: dict) -> dict:
 # Data: pairs → packed rows → embeddings, in memory
 # ---------------------------------------------------------------------------------------------------
 
-def pairs(corpora: Path, task: str, split: str, exp=None, source_order: str = "sov"
-          ) -> tuple[list[str], list[str]]:
+def pairs(corpora: Path, task: str, split: str, exp=None, source_order: str = "sov",
+          train_docs: int | None = None) -> tuple[list[str], list[str]]:
+    """(sources, targets) of one split; ``train_docs``: the train split redrawn at that size (the
+    validation and test splits have their own seeds, so they do not change)."""
     import datasets
 
+    c = exp.corpora if exp is not None else None
+    resize = train_docs is not None and split == "train" and train_docs != c.train_docs
     if task == "xsum":
-        rows = datasets.load_from_disk(str(corpora / "xsum"))[split]
+        if resize:
+            from elf.data.corpora import build_corpus
+
+            rows = build_corpus("xsum", c.seed, {split: train_docs})[split]
+        else:
+            rows = datasets.load_from_disk(str(corpora / "xsum"))[split]
         return list(rows["document"]), list(rows["summary"])
-    if source_order != "sov":  # the same documents, the source rendered in another order
+    if source_order != "sov" or resize:  # the same documents, the source rendered in another order
         from elf.data.corpora import build_corpus
 
-        c = exp.corpora
-        sizes = {"train": c.train_docs, "validation": c.validation_docs, "test": c.test_docs}
+        sizes = {"train": train_docs or c.train_docs, "validation": c.validation_docs,
+                 "test": c.test_docs}
         translation = build_corpus("wmt", c.seed, {split: sizes[split]}, source_order)[split]["translation"]
     else:
         translation = datasets.load_from_disk(str(corpora / "wmt"))[split]["translation"]
@@ -166,7 +177,7 @@ def build_task(exp, results: Path, data: dict, tokenizer, embedder) -> dict:
     out = {}
     for split in ("train", "validation", "test"):
         sources, targets = pairs(results / "data/corpora", data["task"], split, exp,
-                                 data["source_order"])
+                                 data["source_order"], data["train_docs"])
         packed = pack_conditional(sources, targets, tokenizer, data["max_length"],
                                   data["max_input_length"], pad_source=data["pad_source"])
         x, x_nosource = embed_rows(embedder, packed)
@@ -189,26 +200,41 @@ def retrain_tokenizer(results: Path, vocab_size: int):
 
 def encoder_for(exp, results: Path, data: dict, tokenizer, tmp: Path) -> str:
     """The path of the frozen encoder the variant embeds with: the pipeline's (trained on owt), or
-    one trained here with the same settings on owt or on every corpus's train text (``both``:
-    owt, both sides of wmt, xsum documents and summaries)."""
+    one trained here with the same settings on owt, on every corpus's train text (``both``:
+    owt, both sides of wmt, xsum documents and summaries) or on the task's own packed train rows
+    (``task``: source and target, as an encoder with ``dataset: wmt`` trains in the DAG)."""
     if data.get("encoder", "main") == "main" and not data.get("vocab_size"):
         return str(results / "models/encoder-main")
     import datasets
 
     from elf.data.pack import pack_unconditional
     from elf.data.tokenizer import corpus_texts
-    from elf.embed.encoder import train_encoder
+    from elf.embed.encoder import SpanCorruptor, sentinel_ids, train_encoder
+    from elf.embed.reader import OnTheFlySource, ShuffledBatches
 
     settings = exp.encoders["main"]
     if data.get("encoder_steps"):
         settings = replace(settings, steps=int(data["encoder_steps"]))
-    if data.get("encoder", "main") == "both":
-        texts = list(corpus_texts(results / "data/corpora"))
+    if data.get("encoder", "main") == "task":  # the task's own packed train rows, both sides
+        from elf.data.pack import pack_conditional
+
+        sources, targets = pairs(results / "data/corpora", data["task"], "train", exp,
+                                 data["source_order"], data["train_docs"])
+        packed = pack_conditional(sources, targets, tokenizer, data["max_length"],
+                                  data["max_input_length"], pad_source=data["pad_source"])
     else:
-        texts = list(datasets.load_from_disk(str(results / "data/corpora/owt"))["train"]["text"])
-    packed = pack_unconditional(texts, tokenizer, exp.datasets["owt"].max_length)
-    encoder = train_encoder(settings, tokenizer, torch.as_tensor(packed["input_ids"]).long(),
-                            torch.as_tensor(packed["attention_mask"]).long(), progress=False)
+        if data.get("encoder", "main") == "both":
+            texts = list(corpus_texts(results / "data/corpora"))
+        else:
+            texts = list(datasets.load_from_disk(str(results / "data/corpora/owt"))["train"]["text"])
+        packed = pack_unconditional(texts, tokenizer, exp.datasets["owt"].max_length)
+    batches = ShuffledBatches(OnTheFlySource(packed, None, dim=settings.d_model), settings.batch_size,
+                              seed=settings.seed,
+                              transform=SpanCorruptor(settings.seed, sentinel_ids(len(tokenizer))))
+    try:
+        encoder = train_encoder(settings, tokenizer, batches, progress=False)
+    finally:
+        batches.close()
     encoder.save_pretrained(tmp / "encoder")
     return str(tmp / "encoder")
 
@@ -300,7 +326,7 @@ def evaluate_variant(model, exp, run, sampler, data: dict, built: dict, tokenize
     gains = source_gain(model, norm(val["x"][:k]), torch.as_tensor(packed["cond_seq_mask"][:k]) > 0,
                         torch.as_tensor(packed["attention_mask"][:k]) > 0, run.objective.noise_scale,
                         args.seed, run.objective.t_eps)
-    test = built["test"]
+    test = built[args.split]
     n = min(args.examples, len(test["x"]))
     refs = test["targets"][:n]
     target_tokens = data["max_length"] - data["max_input_length"]
@@ -345,7 +371,8 @@ def main() -> None:
                     encoder=overrides.get("encoder", "main"),
                     encoder_steps=overrides.get("encoder_steps"), vocab_size=overrides.get("vocab_size"),
                     pad_source=bool(overrides.get("pad_source", False)),
-                    source_order=overrides.get("source_order", "sov"))
+                    source_order=overrides.get("source_order", "sov"),
+                    train_docs=overrides.get("train_docs"))
         steps = int(overrides.get("budget.steps", args.steps))
         start = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
