@@ -24,9 +24,10 @@ its EMA weights, on the test split:
 A variant is a preset name (``PRESETS``) or ``name:key=value,...``: ``task``, ``max_length``,
 ``max_input_length``, ``source_order`` (``svo``: wmt's source in the English clause order),
 ``pad_source`` (sources padded to ``max_input_length``: every target starts
-at the same position), ``train_docs`` (the train split redrawn at that size), ``encoder`` (``main``, ``both`` or ``task``), ``encoder_steps``, ``vocab_size``
-(retrain the tokenizer at that size on all corpora), and dotted keys into the run's settings
-(``objective.label_drop_prob``, ``budget.steps``, ``model.size`` ...); values are YAML.
+at the same position), ``train_docs`` (the train split redrawn at that size), ``encoder``
+(``main``, ``both`` or ``task``), ``encoder_steps``, ``vocab_size`` (retrain the tokenizer at that
+size on all corpora), and dotted keys into the run's settings (``objective.label_drop_prob``,
+``budget.steps``, ``model.size`` ...); values are YAML.
 """
 
 from __future__ import annotations
@@ -110,32 +111,26 @@ def nested(overrides: dict) -> dict:
 # Data: pairs → packed rows → embeddings, in memory
 # ---------------------------------------------------------------------------------------------------
 
-def pairs(corpora: Path, task: str, split: str, exp=None, source_order: str = "sov",
+def pairs(corpora: Path, task: str, split: str, exp, source_order: str = "sov",
           train_docs: int | None = None) -> tuple[list[str], list[str]]:
-    """(sources, targets) of one split; ``train_docs``: the train split redrawn at that size (the
-    validation and test splits have their own seeds, so they do not change)."""
+    """(sources, targets) of one split, from the saved corpora or, for a wmt source in another order
+    or a train split of ``train_docs`` documents, redrawn from the corpora seed (each split has its
+    own seed: the same documents, and validation / test unchanged by ``train_docs``)."""
     import datasets
 
-    c = exp.corpora if exp is not None else None
-    resize = train_docs is not None and split == "train" and train_docs != c.train_docs
-    if task == "xsum":
-        if resize:
-            from elf.data.corpora import build_corpus
+    from elf.data.corpora import build_corpus
 
-            rows = build_corpus("xsum", c.seed, {split: train_docs})[split]
-        else:
-            rows = datasets.load_from_disk(str(corpora / "xsum"))[split]
-        return list(rows["document"]), list(rows["summary"])
-    if source_order != "sov" or resize:  # the same documents, the source rendered in another order
-        from elf.data.corpora import build_corpus
-
-        sizes = {"train": train_docs or c.train_docs, "validation": c.validation_docs,
-                 "test": c.test_docs}
-        translation = build_corpus("wmt", c.seed, {split: sizes[split]}, source_order)[split]["translation"]
+    c = exp.corpora
+    name = "xsum" if task == "xsum" else "wmt"
+    sizes = {"train": train_docs or c.train_docs, "validation": c.validation_docs, "test": c.test_docs}
+    if sizes[split] != getattr(c, f"{split}_docs") or (name == "wmt" and source_order != "sov"):
+        rows = build_corpus(name, c.seed, {split: sizes[split]}, source_order)[split]
     else:
-        translation = datasets.load_from_disk(str(corpora / "wmt"))[split]["translation"]
-    targets = [p["en"] for p in translation]
-    return ([p["de"] for p in translation] if task == "wmt" else targets), targets
+        rows = datasets.load_from_disk(str(corpora / name))[split]
+    if name == "xsum":
+        return list(rows["document"]), list(rows["summary"])
+    targets = [p["en"] for p in rows["translation"]]
+    return ([p["de"] for p in rows["translation"]] if task == "wmt" else targets), targets
 
 
 class MemorySource:
@@ -209,8 +204,8 @@ def encoder_for(exp, results: Path, data: dict, tokenizer, tmp: Path) -> str:
 
     from elf.data.pack import pack_unconditional
     from elf.data.tokenizer import corpus_texts
-    from elf.embed.encoder import SpanCorruptor, sentinel_ids, train_encoder
-    from elf.embed.reader import OnTheFlySource, ShuffledBatches
+    from elf.embed.encoder import train_encoder
+    from elf.stages.encoder import span_corruption_batches
 
     settings = exp.encoders["main"]
     if data.get("encoder_steps"):
@@ -228,9 +223,7 @@ def encoder_for(exp, results: Path, data: dict, tokenizer, tmp: Path) -> str:
         else:
             texts = list(datasets.load_from_disk(str(results / "data/corpora/owt"))["train"]["text"])
         packed = pack_unconditional(texts, tokenizer, exp.datasets["owt"].max_length)
-    batches = ShuffledBatches(OnTheFlySource(packed, None, dim=settings.d_model), settings.batch_size,
-                              seed=settings.seed,
-                              transform=SpanCorruptor(settings.seed, sentinel_ids(len(tokenizer))))
+    batches = span_corruption_batches(packed, settings, len(tokenizer))
     try:
         encoder = train_encoder(settings, tokenizer, batches, progress=False)
     finally:

@@ -63,12 +63,21 @@ def _load_tokenizer(path: str):
         raise ElfError(f"--tokenizer {path!r} could not be loaded: {err}") from err
 
 
-def train_batches(path: str | None, settings: EncoderSettings, vocab_size: int):
-    """The train split's token rows in shuffled, resumable, span-corrupted batches (``ShuffledBatches``
-    over the memory-mapped split, nothing loaded whole; ``SpanCorruptor`` in its prefetch thread)."""
-    from elf.embed.arrays import StoreError, TokenArrays
+def span_corruption_batches(rows, settings: EncoderSettings, vocab_size: int):
+    """Token rows (``TokenArrays`` or a dict of arrays) in shuffled, resumable, span-corrupted batches
+    (``ShuffledBatches``, ``SpanCorruptor`` in its prefetch thread), as ``train_span_corruption`` takes
+    them; raises ValueError for rows it cannot batch."""
     from elf.embed.encoder import SpanCorruptor, sentinel_ids
     from elf.embed.reader import OnTheFlySource, ShuffledBatches
+
+    return ShuffledBatches(OnTheFlySource(rows, None, dim=settings.d_model), settings.batch_size,
+                           seed=settings.seed, transform=SpanCorruptor(settings.seed, sentinel_ids(vocab_size)))
+
+
+def train_batches(path: str | None, settings: EncoderSettings, vocab_size: int):
+    """The train split's token rows in span-corrupted batches (``span_corruption_batches`` over the
+    memory-mapped split, nothing loaded whole) and the rows."""
+    from elf.embed.arrays import StoreError, TokenArrays
 
     if path is None:
         raise ElfError("--tokens is required to train an encoder (source: build)")
@@ -77,9 +86,7 @@ def train_batches(path: str | None, settings: EncoderSettings, vocab_size: int):
     except (StoreError, ValueError) as err:
         raise ElfError(f"--tokens {path!r}: {err}") from err
     try:
-        return ShuffledBatches(OnTheFlySource(rows, None, dim=settings.d_model), settings.batch_size,
-                               seed=settings.seed,
-                               transform=SpanCorruptor(settings.seed, sentinel_ids(vocab_size))), rows
+        return span_corruption_batches(rows, settings, vocab_size), rows
     except ValueError as err:
         raise ElfError(f"--tokens {path!r}: train split: {err}") from err
 
