@@ -176,6 +176,9 @@ class CorporaSettings:
     source_order: Literal["sov", "svo"] = _f(
         "sov", help="clause order of wmt's invented source language: subject-object-verb with the "
         "place before the object, or the English order (noun phrases and postpositions as in sov)")
+    source_suffixes: Literal["attached", "separate"] = _f(
+        "attached", help="wmt's source suffixes (plural, verb tense/number): part of their stem's word, "
+        "or each written as a word of its own (a morpheme-aware tokenisation)")
 
 
 HUB_REVISION_HELP = "Hub revision (commit, tag or branch); null = the repo's default branch"

@@ -277,8 +277,40 @@ def test_source_sentence_hand_made():
     svo = (f"{S['fox']} {S['grey']} {S['the']} {S['chase']}ut {S['rabbit']}en {S['some']} "
            f"{S['stream']} {S['the']} {S['near']}.")
     assert C.render_source(doc, "svo") == svo[0].upper() + svo[1:]
+    separate = (f"{S['fox']} {S['grey']} {S['the']} {S['stream']} {S['the']} {S['near']} "
+                f"{S['rabbit']} en {S['some']} {S['chase']} ut.")
+    assert C.render_source(doc, suffixes="separate") == separate[0].upper() + separate[1:]
     with pytest.raises(ValueError, match="unknown source order"):
         C.render_source(doc, "vso")
+    with pytest.raises(ValueError, match="unknown source suffixes"):
+        C.render_source(doc, suffixes="fused")
+
+
+def test_separate_suffixes_are_the_attached_words_split():
+    """``separate`` writes each suffix as its own word: joining a suffix back onto the word before it
+    gives the ``attached`` text, and no suffix word is a stem (stems end in a vowel)."""
+    suffix_words = {C.NOUN_PLURAL_SUFFIX, *C.VERB_SUFFIX.values()}
+    assert not suffix_words & set(SOURCE_STEMS.values())
+    rng = random.Random(4)
+    for _ in range(200):
+        doc = C.generate_document(rng, 1, 2)
+        joined = []
+        for word in C.render_source(doc, suffixes="separate").split():
+            if word.rstrip(".") in suffix_words:
+                joined[-1] += word
+            else:
+                joined.append(word)
+        assert " ".join(joined) == C.render_source(doc)
+
+
+def test_corpora_settings_choose_the_source_suffixes():
+    sizes = dict(seed=2, train_docs=20, validation_docs=1, test_docs=1)
+    attached = C.build_corpora(CorporaSettings(**sizes))["wmt"]["train"]["translation"]
+    separate = C.build_corpora(CorporaSettings(**sizes, source_suffixes="separate"))["wmt"]["train"]["translation"]
+    assert [p["en"] for p in separate] == [p["en"] for p in attached]   # same documents
+    words = " ".join(p["de"] for p in separate).replace(".", "").split()
+    assert set(C.VERB_SUFFIX.values()) <= set(words)                    # suffixes as words
+    assert [p["de"] for p in separate] != [p["de"] for p in attached]
 
 
 def test_translation_pairs_are_consistent():

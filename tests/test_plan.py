@@ -181,6 +181,7 @@ def test_training_priorities_put_the_critical_path_then_the_longest_runs_first()
     dag = plan.Dag(exp, needs)
     priority = {n: dag.train_priority(SimpleNamespace(run=n)) for n in exp.runs if exp.run(n).kind == "train"}
     assert priority["base"] == priority["base_seed1"] == 50          # the distillation teacher's chain
-    # 4x160 > 3x128 and 2x96 at 128 tokens (xsum: 500 steps) > 2x96 at 48 tokens (400 steps each)
-    assert priority["size_l"] == 40 > max(priority["size_m"], priority["xsum"])
-    assert min(priority["size_m"], priority["xsum"]) > priority["ref"] >= 1
+    # steps x tokens x depth x width²: wmt (4x160, 1500 steps of 36 tokens) > xsum (2x96, 500 of 128)
+    # > size_l (4x160, 200 of 48) > size_m (3x128) > the 2x96 ablations (200 of 48)
+    assert priority["wmt"] == 40 > priority["xsum"] > priority["size_l"] > priority["size_m"]
+    assert priority["size_m"] > priority["ref"] >= 1

@@ -17,7 +17,9 @@ grammar's own metadata (``english_words``) rather than on strings. From the same
 - ``render_source(doc)``: an invented "source language" (WMT's ``de`` side): every lemma maps to one
   invented stem, subject-object-verb order (or, ``source_order: svo``, the English clause order),
   adjectives after the noun, determiners after the noun, postpositions, and suffixes for plural
-  nouns and for verb tense/number;
+  nouns and for verb tense/number (``source_suffixes: separate``: each suffix written as a word of its
+  own, as a morpheme-aware tokenizer would split it, so ~350 stems and 5 suffixes fill the vocabulary
+  rather than every inflected form);
 - ``summarize(doc)``: a one-sentence summary fixed by the content: the topic's setting, the entity that
   is subject most often, and its most frequent action.
 
@@ -124,11 +126,20 @@ def _build_source_lexicon() -> dict[str, str]:
 SOURCE_STEMS = _build_source_lexicon()
 
 
-def _np_source(np_: NounPhrase) -> list[str]:
+SOURCE_SUFFIXES = ("attached", "separate")
+
+
+def _inflect(stem: str, suffix: str, suffixes: str) -> list[str]:
+    """``stem`` + ``suffix`` as one word (``attached``) or two (``separate``); no suffix: the stem."""
+    if not suffix:
+        return [stem]
+    return [stem + suffix] if suffixes == "attached" else [stem, suffix]
+
+
+def _np_source(np_: NounPhrase, suffixes: str) -> list[str]:
     if np_.pronoun:
         return [SOURCE_STEMS[np_.noun]]
-    noun = SOURCE_STEMS[np_.noun] + (NOUN_PLURAL_SUFFIX if np_.number == PL else "")
-    words = [noun]
+    words = _inflect(SOURCE_STEMS[np_.noun], NOUN_PLURAL_SUFFIX if np_.number == PL else "", suffixes)
     if np_.adjective:
         words.append(SOURCE_STEMS[np_.adjective])
     if np_.det:
@@ -139,22 +150,25 @@ def _np_source(np_: NounPhrase) -> list[str]:
 SOURCE_ORDERS = ("sov", "svo")
 
 
-def source_tokens(clause: Clause, order: str = "sov") -> list[str]:
+def source_tokens(clause: Clause, order: str = "sov", suffixes: str = "attached") -> list[str]:
     """The clause in the source language, noun-adjective-determiner and postpositions; ``sov``:
-    S [NP P] [O | ADJ] V; ``svo`` (the English clause order): S V [O | ADJ] [NP P]."""
+    S [NP P] [O | ADJ] V; ``svo`` (the English clause order): S V [O | ADJ] [NP P]; suffixes
+    ``attached`` to their stem or written ``separate``ly after it."""
     if order not in SOURCE_ORDERS:
         raise ValueError(f"unknown source order {order!r} ({', '.join(SOURCE_ORDERS)})")
-    subject = _np_source(clause.subject)
-    place = _np_source(clause.place) + [SOURCE_STEMS[clause.prep]] if clause.prep else []
-    rest = _np_source(clause.obj) if clause.obj else []
+    if suffixes not in SOURCE_SUFFIXES:
+        raise ValueError(f"unknown source suffixes {suffixes!r} ({', '.join(SOURCE_SUFFIXES)})")
+    subject = _np_source(clause.subject, suffixes)
+    place = _np_source(clause.place, suffixes) + [SOURCE_STEMS[clause.prep]] if clause.prep else []
+    rest = _np_source(clause.obj, suffixes) if clause.obj else []
     if clause.complement:
         rest.append(SOURCE_STEMS[clause.complement])
-    verb = [SOURCE_STEMS[clause.verb] + VERB_SUFFIX[(clause.tense, clause.subject.number)]]
+    verb = _inflect(SOURCE_STEMS[clause.verb], VERB_SUFFIX[(clause.tense, clause.subject.number)], suffixes)
     return subject + place + rest + verb if order == "sov" else subject + verb + rest + place
 
 
-def render_source(doc: Document, order: str = "sov") -> str:
-    return " ".join(_sentence(source_tokens(c, order)) for c in doc.clauses)
+def render_source(doc: Document, order: str = "sov", suffixes: str = "attached") -> str:
+    return " ".join(_sentence(source_tokens(c, order, suffixes)) for c in doc.clauses)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,9 +223,10 @@ def owt_rows(rng: random.Random, n: int) -> dict[str, list]:
     return {"text": [render_english(d) for d in docs]}
 
 
-def wmt_rows(rng: random.Random, n: int, order: str = "sov") -> dict[str, list]:
+def wmt_rows(rng: random.Random, n: int, order: str = "sov", suffixes: str = "attached") -> dict[str, list]:
     docs = [generate_document(rng, 1, 2) for _ in tqdm(range(n), desc="wmt", leave=False)]
-    return {"translation": [{"de": render_source(d, order), "en": render_english(d)} for d in docs]}
+    return {"translation": [{"de": render_source(d, order, suffixes), "en": render_english(d)}
+                            for d in docs]}
 
 
 def xsum_rows(rng: random.Random, n: int, id_offset: int) -> dict[str, list]:
@@ -230,13 +245,13 @@ _FEATURES = {
 }
 
 
-def build_corpus(name: str, seed: int, sizes: dict[str, int],
-                 source_order: str = "sov") -> datasets.DatasetDict:
+def build_corpus(name: str, seed: int, sizes: dict[str, int], source_order: str = "sov",
+                 source_suffixes: str = "attached") -> datasets.DatasetDict:
     """One corpus (``name`` in ``CORPUS_NAMES``) with a split per entry of ``sizes`` (wmt: its
-    source language in ``source_order``)."""
+    source language in ``source_order``, its suffixes ``source_suffixes``)."""
     makers: dict[str, Callable[[random.Random, int, str], dict[str, list]]] = {
         "owt": lambda rng, n, split: owt_rows(rng, n),
-        "wmt": lambda rng, n, split: wmt_rows(rng, n, source_order),
+        "wmt": lambda rng, n, split: wmt_rows(rng, n, source_order, source_suffixes),
         "xsum": lambda rng, n, split: xsum_rows(rng, n, XSUM_ID_OFFSETS[split]),
     }
     return datasets.DatasetDict({
@@ -251,5 +266,5 @@ def build_corpora(settings) -> dict[str, datasets.DatasetDict]:
              "test": settings.test_docs}
     return {name: build_corpus(name, settings.seed,
                                sizes | ({HELDOUT_SPLIT: settings.validation_docs} if name == "owt"
-                                        else {}), settings.source_order)
+                                        else {}), settings.source_order, settings.source_suffixes)
             for name in CORPUS_NAMES}
