@@ -6,7 +6,10 @@ the evaluation seeds), and the Dataset and calibration lines (``results/scores/_
 then states the bar: Gen. PPL ≤ ``--max-gen-ppl``, entropy ≥ the Dataset line's − ``--max-entropy-drop``,
 repetition ≤ ``--max-repetition``, and Gen. PPL against twice the Dataset line's (the goal).
 
-Beside the bar, two readings of mechanisms (goals, not part of the exit status):
+Beside the bar, three readings of mechanisms (goals, not part of the exit status):
+- SC-CFG (``--sc-low`` → ``--sc-high``, the 16-step ODE at w 0.5 and 3): the change in Gen. PPL and
+  entropy on each training seed with twice its combined evaluation-seed SE, and the goal: Gen. PPL
+  lower by ≥ 15 % or entropy by ≥ 0.1, beyond twice the combined SE of the mean over training seeds;
 - the conditional runs (``--conditional``, at ``--cond-sampler``): BLEU / ROUGE on the test split
   against their source-blind calibration (``elf.evaluate.source_blind``: each output against another
   example's reference; the references against each other), mean over evaluation seeds, and the
@@ -47,6 +50,8 @@ def main() -> int:
     p.add_argument("--max-repetition", type=float, default=0.2)
     p.add_argument("--conditional", nargs="*", default=["wmt", "xsum"], help="conditional runs")
     p.add_argument("--cond-sampler", default="cond_cfg2")
+    p.add_argument("--sc-low", default="ode16_w0.5", help="the SC-CFG sweep's low end (a sampler)")
+    p.add_argument("--sc-high", default="ode16_w3", help="the SC-CFG sweep's high end")
     p.add_argument("--readme", help="check the bar block of this README against the run (or --update it)")
     p.add_argument("--update", action="store_true", help="with --readme: rewrite the block")
     args = p.parse_args()
@@ -61,6 +66,7 @@ def main() -> int:
     if args.readme:
         return quote_in_readme(Path(args.readme), text, args.update)
     print(text)
+    print("\n" + guidance_markdown(exp, evals, args))
     print("\n" + grammar_markdown(exp, evals, args))
     cond = [run for run in args.conditional if run in exp.runs]
     if cond:
@@ -103,6 +109,47 @@ def conditional_markdown(exp, evals: Path, runs: list[str], sampler: str) -> str
                 goals.append((f"goal: {run} ROUGE-2 ≥ 2× source-blind", ratio >= 2))
     out.append("")
     out += [f"- {text}: {'met' if ok else 'NOT met'}" for text, ok in goals]
+    return "\n".join(out)
+
+
+GUIDANCE_GOALS = {"gen_ppl": -0.15, "entropy": -0.1}   # relative (Gen. PPL) / absolute (entropy) change
+
+
+def guidance_markdown(exp, evals: Path, args) -> str:
+    """SC-CFG w ``args.sc_low`` → ``args.sc_high`` on the main run's training seeds: Δ per seed with
+    twice its combined SE, the mean over seeds, and the goal (``GUIDANCE_GOALS``, beyond 2 SE)."""
+    import math
+
+    runs = pairs.training_seed_runs(exp, args.run)
+    ends = {run: [read_json(plan.aggregate_path(evals, exp, run, sampler))["metrics"]
+                  for sampler in (args.sc_low, args.sc_high)] for run in runs}
+    out = [f"SC-CFG on {args.run}: {args.sc_low} → {args.sc_high}, Δ = high − low (± 2 × combined "
+           "evaluation-seed SE)", "", "| run | Gen. PPL low → high | Δ Gen. PPL | entropy low → high | "
+           "Δ entropy |", "|---|---|---|---|---|"]
+    deltas = {m: [] for m in GUIDANCE_GOALS}
+    for run, (lo, hi) in ends.items():
+        cells = []
+        for metric in GUIDANCE_GOALS:
+            delta = hi[metric]["mean"] - lo[metric]["mean"]
+            deltas[metric].append((delta, math.hypot(lo[metric]["se"], hi[metric]["se"]), lo[metric]["mean"]))
+            cells += [f"{lo[metric]['mean']:.2f} → {hi[metric]['mean']:.2f}",
+                      f"{delta:+.2f} ± {2 * deltas[metric][-1][1]:.2f}"]
+        out.append(f"| {run} | " + " | ".join(cells) + " |")
+    n = len(runs)
+    goals = []
+    mean_cells = []
+    for metric, goal in GUIDANCE_GOALS.items():
+        delta = sum(d for d, _, _ in deltas[metric]) / n
+        noise = 2 * math.sqrt(sum(se ** 2 for _, se, _ in deltas[metric])) / n
+        low = sum(lo for _, _, lo in deltas[metric]) / n
+        target = goal * low if metric == "gen_ppl" else goal
+        mean_cells += [f"{low:.2f} → {low + delta:.2f}", f"{delta:+.2f} ± {noise:.2f}"]
+        goals.append((metric, target, delta <= target and -delta > noise))
+    out.append("| mean over training seeds | " + " | ".join(mean_cells) + " |")
+    (_, ppl_target, ppl_ok), (_, ent_target, ent_ok) = goals
+    out += ["", f"- goal: SC-CFG lowers Gen. PPL by ≥ 15 % (Δ ≤ {ppl_target:.2f}) or entropy by ≥ 0.1, "
+            f"beyond 2 SE: {'met' if ppl_ok or ent_ok else 'NOT met'} (Gen. PPL: "
+            f"{'met' if ppl_ok else 'not met'}; entropy: {'met' if ent_ok else 'not met'})"]
     return "\n".join(out)
 
 

@@ -266,6 +266,16 @@ class Dag:
             self._max_cost = max(self._costs.values(), default=1)
         return 1 + round(39 * self._costs.get(wildcards.run, 0) / self._max_cost)
 
+    def embed_priority(self, wildcards) -> int:
+        """An embedding store takes the highest priority of the runs that train on it: Snakemake
+        does not pass a job's priority on to the jobs it waits for, so the store of the longest run
+        (priority 40) would otherwise wait behind every ready training job and that run finish alone."""
+        from types import SimpleNamespace
+
+        return max((self.train_priority(SimpleNamespace(run=name)) for name in self.exp.runs
+                    if self.exp.run(name).kind == "train" and self.exp.run(name).dataset == wildcards.dataset
+                    and self.exp.run(name).embedding == wildcards.embedding), default=0)
+
     def train_cost(self, name: str) -> float:
         """A run's training work, up to a constant: steps × tokens per batch × depth × width² (the
         built-in ELF sizes count as one: their order comes from steps and tokens alone)."""

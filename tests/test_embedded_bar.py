@@ -51,3 +51,27 @@ def test_grammar_section_counts_accepted_sentences_of_every_training_seed(exp, t
     n = len(pairs.seeds_of(exp, "base", "sde32"))
     assert base.split("|")[2:4] == [f" {3 * n} ", " 0.667 "]
     assert "| held-out rows (ceiling) | 2 | 1.000 | 1 | 1.000 |" in text
+
+
+def write_aggregate(exp, evals, run, sampler, gen_ppl, entropy, se=0.1):
+    import json
+    path = plan.aggregate_path(evals, exp, run, sampler)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"metrics": {"gen_ppl": {"mean": gen_ppl, "se": se},
+                                            "entropy": {"mean": entropy, "se": se / 10}}}))
+
+
+@pytest.mark.parametrize("high, se, verdict", [
+    ((30.0, 3.35), 0.1, "met (Gen. PPL: met; entropy: not met)"),          # PPL -25 %, entropy -0.05
+    ((38.0, 3.25), 0.1, "met (Gen. PPL: not met; entropy: met)"),          # PPL -5 %, entropy -0.15
+    ((38.0, 3.35), 0.1, "NOT met (Gen. PPL: not met; entropy: not met)"),
+    ((30.0, 3.25), 20.0, "NOT met (Gen. PPL: not met; entropy: not met)"),  # both within 2 SE
+])
+def test_guidance_section_states_the_sc_cfg_goal(exp, tmp_path, high, se, verdict):
+    args = type("A", (), dict(run="base", sc_low="ode16_w0.5", sc_high="ode16_w3"))
+    for run in pairs.training_seed_runs(exp, "base"):
+        write_aggregate(exp, tmp_path, run, "ode16_w0.5", 40.0, 3.40, se)
+        write_aggregate(exp, tmp_path, run, "ode16_w3", *high, se)
+    text = embedded_bar.guidance_markdown(exp, tmp_path, args)
+    assert "| base | 40.00 → " in text and "| mean over training seeds | 40.00 → " in text
+    assert text.rstrip().endswith(verdict)

@@ -181,7 +181,12 @@ def test_training_priorities_put_the_critical_path_then_the_longest_runs_first()
     dag = plan.Dag(exp, needs)
     priority = {n: dag.train_priority(SimpleNamespace(run=n)) for n in exp.runs if exp.run(n).kind == "train"}
     assert priority["base"] == priority["base_seed1"] == 50          # the distillation teacher's chain
-    # steps x tokens x depth x width²: wmt (4x160, 1500 steps of 36 tokens) > xsum (2x96, 500 of 128)
+    # steps x tokens x depth x width²: wmt (4x160, 2000 steps of 36 tokens) > xsum (2x96, 500 of 128)
     # > size_l (4x160, 200 of 48) > size_m (3x128) > the 2x96 ablations (200 of 48)
     assert priority["wmt"] == 40 > priority["xsum"] > priority["size_l"] > priority["size_m"]
     assert priority["size_m"] > priority["ref"] >= 1
+    # a store takes its most urgent run's priority: wmt's is not left behind the ready 2x96 runs
+    store = lambda dataset, embedding: dag.embed_priority(SimpleNamespace(dataset=dataset, embedding=embedding))  # noqa: E731
+    assert store("wmt", "encoder") == priority["wmt"] == 40
+    assert store("owt", "encoder") == 50 and store("owt", "gaussian") == priority["emb_gauss"]
+    assert store("owt", "no_such_embedding") == 0
