@@ -124,7 +124,7 @@ def pairs(corpora: Path, task: str, split: str, exp, source_order: str = "sov",
     name = "xsum" if task == "xsum" else "wmt"
     sizes = {"train": train_docs or c.train_docs, "validation": c.validation_docs, "test": c.test_docs}
     if sizes[split] != getattr(c, f"{split}_docs") or (name == "wmt" and source_order != "sov"):
-        rows = build_corpus(name, c.seed, {split: sizes[split]}, source_order)[split]
+        rows = build_corpus(name, c.seed, {split: sizes[split]}, source_order, c.source_suffixes)[split]
     else:
         rows = datasets.load_from_disk(str(corpora / name))[split]
     if name == "xsum":

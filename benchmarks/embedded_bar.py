@@ -136,20 +136,19 @@ def guidance_markdown(exp, evals: Path, args) -> str:
                       f"{delta:+.2f} ± {2 * deltas[metric][-1][1]:.2f}"]
         out.append(f"| {run} | " + " | ".join(cells) + " |")
     n = len(runs)
-    goals = []
-    mean_cells = []
+    met, mean_cells = {}, []
     for metric, goal in GUIDANCE_GOALS.items():
         delta = sum(d for d, _, _ in deltas[metric]) / n
         noise = 2 * math.sqrt(sum(se ** 2 for _, se, _ in deltas[metric])) / n
         low = sum(lo for _, _, lo in deltas[metric]) / n
         target = goal * low if metric == "gen_ppl" else goal
         mean_cells += [f"{low:.2f} → {low + delta:.2f}", f"{delta:+.2f} ± {noise:.2f}"]
-        goals.append((metric, target, delta <= target and -delta > noise))
+        met[metric] = (target, delta <= target and -delta > noise)
     out.append("| mean over training seeds | " + " | ".join(mean_cells) + " |")
-    (_, ppl_target, ppl_ok), (_, ent_target, ent_ok) = goals
-    out += ["", f"- goal: SC-CFG lowers Gen. PPL by ≥ 15 % (Δ ≤ {ppl_target:.2f}) or entropy by ≥ 0.1, "
-            f"beyond 2 SE: {'met' if ppl_ok or ent_ok else 'NOT met'} (Gen. PPL: "
-            f"{'met' if ppl_ok else 'not met'}; entropy: {'met' if ent_ok else 'not met'})"]
+    word = lambda ok: "met" if ok else "not met"  # noqa: E731
+    out += ["", f"- goal: SC-CFG lowers Gen. PPL by ≥ 15 % (Δ ≤ {met['gen_ppl'][0]:.2f}) or entropy by ≥ 0.1, "
+            f"beyond 2 SE: {'met' if met['gen_ppl'][1] or met['entropy'][1] else 'NOT met'} (Gen. PPL: "
+            f"{word(met['gen_ppl'][1])}; entropy: {word(met['entropy'][1])})"]
     return "\n".join(out)
 
 

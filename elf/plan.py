@@ -272,9 +272,10 @@ class Dag:
         (priority 40) would otherwise wait behind every ready training job and that run finish alone."""
         from types import SimpleNamespace
 
-        return max((self.train_priority(SimpleNamespace(run=name)) for name in self.exp.runs
-                    if self.exp.run(name).kind == "train" and self.exp.run(name).dataset == wildcards.dataset
-                    and self.exp.run(name).embedding == wildcards.embedding), default=0)
+        readers = [name for name in self.exp.runs
+                   if (run := self.exp.run(name)).kind == "train" and run.dataset == wildcards.dataset
+                   and run.embedding == wildcards.embedding]
+        return max((self.train_priority(SimpleNamespace(run=name)) for name in readers), default=0)
 
     def train_cost(self, name: str) -> float:
         """A run's training work, up to a constant: steps × tokens per batch × depth × width² (the
