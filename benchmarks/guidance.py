@@ -12,13 +12,15 @@ weights, on held-out rows per t:
 - ``|c−u|/err``: ‖x̂_c − x̂_u‖² / ‖x̂_u − x‖², the guidance direction's size relative to the flow error;
 - ``w shift``: ‖x̂(w = w_hi) − x̂(w = w_lo)‖² / ‖x̂_u − x‖², how far the SC-CFG input moves x̂ (both
   with self-conditioning);
-and at the end the SC-CFG sweep itself: Gen. PPL and entropy of samples at each of ``--samplers``
-(default the 16-step ODE at w 0.5 and 3, F4's ends).
+and at the end (and every ``--sweep-every`` steps, to see at what budget guidance acts) the SC-CFG
+sweep itself: Gen. PPL, entropy and repetition of samples at each of ``--samplers`` (default the
+16-step ODE at w 0.5 and 3, F4's ends).
 
     snakemake --cores all results/embeddings/owt/encoder/train.zarr \\
         results/embeddings/owt/encoder/validation.zarr
     python benchmarks/guidance.py --steps 1500 --eval-every 500 recipe
     python benchmarks/guidance.py --steps 1000 'sc_0.8:objective.self_cond_prob=0.8'
+    python benchmarks/guidance.py --steps 6000 --eval-every 1000 --sweep-every 1000 recipe
 
 A variant is ``recipe`` (the run as configured) or ``name:key=value,...`` with dotted keys into the
 run's settings (``objective.self_cond_prob``, ``objective.sc_cfg_max``, ``objective.noise_scale``,
@@ -52,6 +54,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--w", type=float, nargs=2, default=[0.5, 3.0], metavar=("LO", "HI"))
     p.add_argument("--samplers", nargs="*", default=["ode16_w0.5", "ode16_w3"],
                    help="samplers whose Gen. PPL / entropy are measured at the end (the SC-CFG sweep)")
+    p.add_argument("--sweep-every", type=int, default=0,
+                   help="also run the sweep every N steps on the EMA weights (0: at the end only)")
     p.add_argument("--samples", type=int, default=128)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
@@ -111,33 +115,53 @@ def main() -> None:
         store = results / "embeddings" / run.dataset / run.embedding
         source = StoreSource(str(store / "train.zarr"))
         held = HeldOut(str(store / "validation.zarr"), emb, source.stats, limit=args.rows)
-        tables = {}
+        tables, sweeps = {}, {}
+
+        def sweep(net, overrides=overrides) -> dict:
+            out = {}
+            for sampler_name in args.samplers:
+                _, sampler = resolve(exp, args.run, overrides, sampler_name)
+                texts = generate(net, sampler, args.samples, source.seq_len, source.dim, tokenizer,
+                                 args.seed)
+                out[sampler_name] = text_metrics(texts, scorer)
+            return out
 
         def monitor(step, ema, run=run, held=held, tables=tables):
-            if step % args.eval_every and step != args.steps:
+            measure = step % args.eval_every == 0 and step != args.steps
+            sweep_now = bool(args.sweep_every) and step % args.sweep_every == 0 and step != args.steps
+            if not (measure or sweep_now):
                 return {}
             net = build(exp, run, source, vocab)
             net.load_state_dict(ema.shadow)
-            tables[step] = guidance_table(net.eval(), held.x, held.valid, run.objective.noise_scale,
-                                          run.objective.t_eps, tuple(args.w), args.seed)
+            net.eval()
+            if measure:
+                tables[step] = guidance_table(net, held.x, held.valid, run.objective.noise_scale,
+                                              run.objective.t_eps, tuple(args.w), args.seed)
+            if sweep_now and args.samplers:
+                sweeps[step] = sweep(net)
+                print_sweep(name, step, sweeps[step], args)
             return {}
         model, seconds, _ = train_candidate(exp, run, emb, source, vocab, args.steps, monitor)
-        final = guidance_table(model.eval(), held.x, held.valid, run.objective.noise_scale,
-                               run.objective.t_eps, tuple(args.w), args.seed)
-        tables[args.steps] = final
-        sweep = {}
-        for sampler_name in args.samplers:
-            _, sampler = resolve(exp, args.run, overrides, sampler_name)
-            texts = generate(model, sampler, args.samples, source.seq_len, source.dim, tokenizer, args.seed)
-            sweep[sampler_name] = text_metrics(texts, scorer)
-        report["variants"][name] = dict(overrides=overrides, train_s=seconds, sweep=sweep,
+        model.eval()
+        tables[args.steps] = guidance_table(model, held.x, held.valid, run.objective.noise_scale,
+                                            run.objective.t_eps, tuple(args.w), args.seed)
+        sweeps[args.steps] = sweep(model) if args.samplers else {}
+        report["variants"][name] = dict(overrides=overrides, train_s=seconds,
+                                        sweep=sweeps[args.steps],
+                                        sweeps={str(k): v for k, v in sorted(sweeps.items())},
                                         tables={str(k): v for k, v in sorted(tables.items())})
         print_tables(name, tables, args.w)
-        for sampler_name, m in sweep.items():
-            print(f"{name} {sampler_name}: Gen. PPL {m['gen_ppl']:.2f}, entropy {m['entropy']:.3f}, "
-                  f"repetition {m['repetition']:.3f} ({args.samples} samples, seed {args.seed})")
+        for step, measured in sorted(sweeps.items()):
+            print_sweep(name, step, measured, args)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+
+
+def print_sweep(name: str, step: int, sweep: dict, args) -> None:
+    for sampler_name, m in sweep.items():
+        print(f"{name} step {step} {sampler_name}: Gen. PPL {m['gen_ppl']:.2f}, entropy "
+              f"{m['entropy']:.3f}, repetition {m['repetition']:.3f} ({args.samples} samples, "
+              f"seed {args.seed})", flush=True)
 
 
 def print_tables(name: str, tables: dict, w) -> None:

@@ -266,15 +266,17 @@ class Dag:
             self._max_cost = max(self._costs.values(), default=1)
         return 1 + round(39 * self._costs.get(wildcards.run, 0) / self._max_cost)
 
-    def embed_priority(self, wildcards) -> int:
-        """An embedding store takes the highest priority of the runs that train on it: Snakemake
-        does not pass a job's priority on to the jobs it waits for, so the store of the longest run
-        (priority 40) would otherwise wait behind every ready training job and that run finish alone."""
+    def data_priority(self, wildcards) -> int:
+        """A dataset's packed tokens and embedding stores take the highest priority of the runs that
+        train on them (on that embedding, where the job has one): Snakemake does not pass a job's
+        priority on to the jobs it waits for, so the data of the longest runs would otherwise wait
+        behind every ready training job and those runs finish alone."""
         from types import SimpleNamespace
 
+        embedding = getattr(wildcards, "embedding", None)
         readers = [name for name in self.exp.runs
                    if (run := self.exp.run(name)).kind == "train" and run.dataset == wildcards.dataset
-                   and run.embedding == wildcards.embedding]
+                   and embedding in (None, run.embedding)]
         return max((self.train_priority(SimpleNamespace(run=name)) for name in readers), default=0)
 
     def train_cost(self, name: str) -> float:

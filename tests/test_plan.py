@@ -186,7 +186,10 @@ def test_training_priorities_put_the_critical_path_then_the_longest_runs_first()
     assert priority["wmt"] == 40 > priority["xsum"] > priority["size_l"] > priority["size_m"]
     assert priority["size_m"] > priority["ref"] >= 1
     # a store takes its most urgent run's priority: wmt's is not left behind the ready 2x96 runs
-    store = lambda dataset, embedding: dag.embed_priority(SimpleNamespace(dataset=dataset, embedding=embedding))  # noqa: E731
+    store = lambda dataset, embedding: dag.data_priority(SimpleNamespace(dataset=dataset, embedding=embedding))  # noqa: E731
     assert store("wmt", "encoder") == priority["wmt"] == 40
     assert store("owt", "encoder") == 50 and store("owt", "gaussian") == priority["emb_gauss"]
     assert store("owt", "no_such_embedding") == 0
+    # and so do the packed tokens (prepare has no embedding): xsum's are not packed after every ablation
+    tokens = lambda dataset: dag.data_priority(SimpleNamespace(dataset=dataset))  # noqa: E731
+    assert tokens("xsum") == priority["xsum"] > priority["size_l"] and tokens("owt") == 50

@@ -38,6 +38,7 @@ rule prepare:
     """Tokenise (no added special tokens) and pack one dataset into fixed-length sequences, the train
     split in `prepare_shards` shards packed by up to that many processes (resumable: finished shards
     are kept in <tokens>.parts and skipped by a retry)."""
+    priority: PLAN.data_priority
     conda:
         ENV
     input:

@@ -10,7 +10,7 @@
 
 rule embed:
     """Encode one split of one dataset with one embedding kind into a Zarr store (one job)."""
-    priority: PLAN.embed_priority
+    priority: PLAN.data_priority
     conda:
         ENV
     input:
@@ -35,7 +35,7 @@ rule embed:
 
 rule embed_shard:
     """Scatter: shard job k of n writes the blocks k, k+n, ... of the train split's work store."""
-    priority: PLAN.embed_priority
+    priority: PLAN.data_priority
     conda:
         ENV
     input:
@@ -65,7 +65,7 @@ rule embed_shard:
 
 rule embed_gather:
     """Gather: once every shard job is done, finalize the work store and move it into place."""
-    priority: PLAN.embed_priority
+    priority: PLAN.data_priority
     conda:
         ENV
     input:
