@@ -32,7 +32,7 @@ def test_poor_quality_is_relative_to_the_dataset_line_else_the_papers():
 def test_sweep_effect_says_inert_when_no_end_moves_beyond_twice_the_combined_se():
     flat = sweep_effect(points([0.5, 3.0], [33.35, 32.71], [3.53, 3.53]), "model_size", "sc_cfg")
     # Gen. PPL −0.64 against 2·sqrt(0.5² + 0.5²) = 1.41; entropy 0 against 2·sqrt(2)·0.01 = 0.03
-    assert "Gen. PPL -0.64 (2 SE 1.41: within noise)" in flat and "Entropy +0.00 (2 SE 0.03: within" in flat
+    assert "Gen. PPL -0.64, -2 % (2 SE 1.41: within noise)" in flat and "Entropy +0.00 (2 SE 0.03: within" in flat
     assert "inert" in flat
     moving = sweep_effect(points([0.5, 3.0], [104.3, 26.6], [5.51, 5.15]), "model_size", "sc_cfg")
     assert "beyond their noise in Gen. PPL and Entropy" in moving and "inert" not in moving
@@ -41,6 +41,28 @@ def test_sweep_effect_says_inert_when_no_end_moves_beyond_twice_the_combined_se(
     assert "beyond their noise in Gen. PPL (not in Entropy)" in partial
     assert "Entropy -0.01 (2 SE 0.03: within noise)" in partial
     assert sweep_effect(points([1.0], [30], [3.5]), "model_size", "sc_cfg") == ""
+
+
+def paper_sweep(ppl, entropy, model="ELF-B", method="ode", steps=64):
+    return pd.DataFrame([dict(src="T10", model=model, method=method, steps=steps, sc_cfg=w, metric=metric,
+                              value=value)
+                         for w, p, h in zip((0.5, 1.0, 3.0), ppl, entropy)
+                         for metric, value in (("gen_ppl", p), ("entropy", h))])
+
+
+def test_sweep_effect_sets_the_sweep_beside_the_papers_own():
+    ours = points([0.5, 3.0], [36.5, 32.1], [3.52, 3.44], se=0.5)
+    paper = paper_sweep([104.3, 80.0, 26.6], [5.51, 5.4, 5.15])
+    weak = sweep_effect(ours, "model_size", "sc_cfg", paper=paper)
+    # ours: 32.1 / 36.5 − 1 = −12 %; the paper's 26.6 / 104.3 − 1 = −74 %, entropy 5.15 − 5.51
+    assert "Gen. PPL -4.40, -12 % (2 SE 1.41: beyond noise)" in weak
+    assert "the paper's ELF-B (64-step) sweep over the same ends moves Gen. PPL -74 % and entropy -0.36" in weak
+    assert "under half the paper's size (at most -12 % in Gen. PPL" in weak and "guidance.py" in weak
+    strong = sweep_effect(points([0.5, 3.0], [104.0, 40.0], [5.5, 5.2]), "model_size", "sc_cfg", paper=paper)
+    assert "-74 %" in strong and "under half" not in strong
+    # the paper's values are read at our sweep's ends only: none at 2.5, so nothing is compared
+    assert "paper's" not in sweep_effect(points([0.5, 2.5], [36.5, 32.1], [3.52, 3.44]), "model_size",
+                                         "sc_cfg", paper=paper)
 
 
 def test_frontier_caption_names_the_relative_shading_and_the_sweep():

@@ -69,7 +69,7 @@ F7B_ASSUMED = ("The paper does not tabulate F7b's baseline curves; they are assu
 FIGURES: dict[str, Entry] = {
     "F1": Entry("templates.teaser_bars", points_from={"T9": {}}),      # T9's 32-step value
     "F4": _frontier(DATASET_LINE, {"T10": {"model": "ELF-B", "sampler": "ode"}}, label_by="model_size",
-                    sweep_note=True),
+                    sweep_note=True, sweep_paper={"src": "T10", "model": "ELF-B", "method": "ode"}),
     "F5a": _frontier(DATASET_LINE, label_by="embedding", legend=F5A_LEGEND),
     "F5b": _frontier(DATASET_LINE, label_by="decode_head", legend=F5B_LEGEND),
     "F5c": _steps(DATASET_LINE, label_by="run"),

@@ -44,10 +44,11 @@ from elf.report.runs import (BILLION, TokenBar, our_token_bars, paper_pd_tokens,
 
 def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
              sweep: str = "sc_cfg", good_entropy_only: bool = False,
-             dataset_line: bool = False, sweep_note: bool = False,
+             dataset_line: bool = False, sweep_note: bool = False, sweep_paper: dict | None = None,
              legend: dict | None = None) -> tuple[Figure, pd.DataFrame]:
     """Gen. PPL against entropy, a line per run/sampler setting, points labelled by ``sweep``;
-    ``sweep_note``: the caption says whether the sweep moves the points beyond their noise;
+    ``sweep_note``: the caption says whether the sweep moves the points beyond their noise, and how
+    far the paper's own sweep moves (its values whose columns equal ``sweep_paper``'s);
     ``legend``: the paper's words for some paper runs."""
     df = inputs.frame
     poor = poor_quality(df, inputs.dataset_scores)
@@ -71,7 +72,7 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
             draw_dataset(ax, rec, panel, rows, inputs.dataset_scores, frontier=True)
         finish(ax, "entropy", "gen_ppl", x_is_entropy=True, poor=poor)
     separate = has(df, "decode_head") and (df["decode_head"] == False).any()  # noqa: E712
-    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, legend) if sweep_note else "",
+    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, legend, select(inputs.points, sweep_paper)) if sweep_note else "",
                   SEPARATE_DECODER_DEVIATION if separate else ""])
     return fig, rec.frame()
 
@@ -87,12 +88,14 @@ def _se_or_zero(row: pd.Series, metric: str) -> float:
     return se if math.isfinite(se) else 0.0
 
 
-def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | None = None) -> str:
+def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | None = None,
+                 paper: pd.DataFrame | None = None) -> str:
     """Whether each series' sweep ends differ beyond twice their combined SE, said per metric (Gen.
-    PPL, entropy); a guidance sweep that moves nothing says so, with its numbers."""
+    PPL, entropy), and, where ``paper`` holds the paper's values at the same ends, how that compares
+    with the paper's own sweep; a sweep that moves nothing, or far less than the paper's, says so."""
     if not has(df, "gen_ppl", "entropy", sweep):
         return ""
-    parts, moved = [], {}
+    parts, moved, ppl_change = [], {}, []
     for series in split_series(df, label_by, sweep, legend):
         rows = series.rows.sort_values(sweep)
         if len(rows) < 2:
@@ -104,21 +107,67 @@ def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | Non
             noise = 2 * math.hypot(_se_or_zero(lo, metric), _se_or_zero(hi, metric))
             beyond = abs(delta) > noise
             moved[AXIS_NAMES[metric]] = moved.get(AXIS_NAMES[metric], False) or beyond
-            cells.append(f"{AXIS_NAMES[metric]} {delta:+.2f} (2 SE {noise:.2f}: "
+            relative = f", {100 * delta / finite(lo[metric]):+.0f} %" if metric == "gen_ppl" else ""
+            cells.append(f"{AXIS_NAMES[metric]} {delta:+.2f}{relative} (2 SE {noise:.2f}: "
                          f"{'beyond' if beyond else 'within'} noise)")
+        ppl_change.append(finite(hi["gen_ppl"]) / finite(lo["gen_ppl"]) - 1)
         parts.append(f"{series.name}: {sweep} {lo[sweep]:g} → {hi[sweep]:g} moves " + ", ".join(cells))
     if not parts:
         return ""
+    ends = (float(df[sweep].min()), float(df[sweep].max()))
+    theirs = paper_sweep_ends(paper, sweep, *ends) if paper is not None else None
     beyond = [name for name, flag in moved.items() if flag]
     within = [name for name, flag in moved.items() if not flag]
-    if beyond:
+    why = ("benchmarks/guidance.py measures why, per t: how much self-conditioning improves x̂ and "
+           "how large x̂_c − x̂_u is against the flow error; its records are in "
+           "benchmarks/results/guidance/")
+    if not beyond:
+        verdict = f"the sweep is inert here: no end moves beyond twice its combined SE ({why})"
+    else:
         verdict = f"the sweep moves the points beyond their noise in {' and '.join(beyond)}" + \
             (f" (not in {' or '.join(within)})" if within else "")
-    else:
-        verdict = ("the sweep is inert here: no end moves beyond twice its combined SE "
-                   "(benchmarks/guidance.py measures why: self-conditioning barely changes x̂ at this "
-                   "scale)")
+    if theirs:
+        (label, steps), values = theirs
+        paper_change = values["gen_ppl"][1] / values["gen_ppl"][0] - 1
+        verdict += (f"; the paper's {label} ({steps}-step) sweep over the same ends moves Gen. PPL "
+                    f"{100 * paper_change:+.0f} % and entropy "
+                    f"{values['entropy'][1] - values['entropy'][0]:+.2f}")
+        strongest = max(ppl_change, key=abs, default=0.0)
+        if beyond and abs(strongest) < abs(paper_change) / 2:
+            verdict += (f": guidance acts here at under half the paper's size (at most "
+                        f"{100 * strongest:+.0f} % in Gen. PPL; {why})")
     return "; ".join(parts) + f" — {verdict}"
+
+
+def select(points: pd.DataFrame, columns: dict | None) -> pd.DataFrame | None:
+    """The paper's values whose columns equal ``columns`` (None: none selected)."""
+    if not columns or points.empty:
+        return None
+    keep = np.ones(len(points), dtype=bool)
+    for column, value in columns.items():
+        keep &= (points[column] == value).to_numpy()
+    return points[keep]
+
+
+def paper_sweep_ends(points: pd.DataFrame, sweep: str, lo: float,
+                     hi: float) -> tuple[tuple[str, int], dict] | None:
+    """The paper's Gen. PPL and entropy at ``sweep`` = lo and hi, from the first of its settings (model,
+    method, steps) that has all four: ``((model, steps), {metric: (at lo, at hi)})``. Steps may differ
+    from ours (the paper sweeps at 64 steps): this compares the sweep's size, not its points."""
+    if points.empty or sweep not in points.columns:
+        return None
+    settings = points[points["metric"].isin(["gen_ppl", "entropy"])]
+    for (model, _, steps), group in settings.groupby(["model", "method", "steps"], sort=False):
+        at = pd.to_numeric(group[sweep], errors="coerce")
+        ends = {}
+        for metric in ("gen_ppl", "entropy"):
+            found = [group[(group["metric"] == metric) & np.isclose(at, end)]["value"] for end in (lo, hi)]
+            if any(values.empty for values in found):
+                break
+            ends[metric] = (float(found[0].iloc[0]), float(found[1].iloc[0]))
+        else:
+            return (str(model), int(steps)), ends
+    return None
 
 
 def _panels(df: pd.DataFrame, panel_by: str | None) -> list[tuple[str, pd.DataFrame]]:
