@@ -167,7 +167,7 @@ def embed_rows(embedder, packed: dict, batch: int = 256) -> tuple[torch.Tensor, 
 
 def build_task(exp, results: Path, data: dict, tokenizer, embedder) -> dict:
     from elf.data.pack import pack_conditional
-    from elf.embed.kinds import normalisation_stats
+    from elf.embed.normalise import normalisation_stats
 
     out = {}
     for split in ("train", "validation", "test"):
@@ -309,7 +309,7 @@ def task_scores(task: str, hyps: list[str], refs: list[str]) -> dict:
 
 
 def evaluate_variant(model, exp, run, sampler, data: dict, built: dict, tokenizer, args) -> dict:
-    from elf.embed.kinds import normalise
+    from elf.embed.normalise import normalise
 
     emb = exp.embeddings[run.embedding]
     norm = lambda t: normalise(t, built["stats"], emb.normalization, emb.mean, emb.std)  # noqa: E731

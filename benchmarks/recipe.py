@@ -178,7 +178,7 @@ class HeldOut:
     """Validation rows, normalised with the training store's statistics, and their moments."""
 
     def __init__(self, path: str, emb: EmbeddingSettings, train_stats: dict, limit: int = 0):
-        from elf.embed.kinds import normalise
+        from elf.embed.normalise import normalise
         from elf.embed.reader import StoreSource
         from elf.evaluate.denoise import channel_moments
 

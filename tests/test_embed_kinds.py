@@ -1,5 +1,5 @@
 """Tests of elf.embed.kinds: the four embedding kinds (spec §8), the conditional encoding rules of spec §2,
-and the normalisation statistics. Tiny random T5 encoders only; no network."""
+and the normalisation statistics (elf.embed.normalise). Tiny random T5 encoders only; no network."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from transformers import T5Config, T5EncoderModel
 
 from elf.config import EmbeddingSettings
 from elf.embed import kinds
+from elf.embed import normalise as normalisation
 
 VOCAB = 20
 
@@ -162,7 +163,7 @@ VALID = torch.tensor([[1, 1, 0], [1, 1, 1]])  # the (100, -100) token is padding
 
 
 def test_stats_by_hand():
-    stats = kinds.normalisation_stats(EMB, VALID)
+    stats = normalisation.normalisation_stats(EMB, VALID)
     # valid values: channel 0 = 1, 3, 5, 7, 9; channel 1 = 2, 4, 6, 8, 10; all = 1..10
     assert stats["count"] == 5
     assert torch.allclose(stats["channel_mean"], torch.tensor([5.0, 6.0], dtype=torch.float64))
@@ -175,8 +176,8 @@ def test_accumulator_over_chunks_equals_direct():
     g = torch.Generator().manual_seed(0)
     emb = torch.randn(10, 7, 5, generator=g) * torch.arange(1.0, 6.0) + 3.0
     mask = torch.rand(10, 7, generator=g) > 0.3
-    direct = kinds.normalisation_stats(emb, mask)
-    acc = kinds.StatsAccumulator()
+    direct = normalisation.normalisation_stats(emb, mask)
+    acc = normalisation.StatsAccumulator()
     for start, stop in [(0, 3), (3, 4), (4, 4), (4, 10)]:  # uneven, including an empty chunk
         acc.update(emb[start:stop], mask[start:stop])
     chunked = acc.result()
@@ -190,18 +191,18 @@ def test_accumulator_over_chunks_equals_direct():
 
 
 def test_normalise_modes():
-    stats = kinds.normalisation_stats(EMB, VALID)
-    fixed = kinds.normalise(EMB, None, "fixed", 0.0, 0.2)
+    stats = normalisation.normalisation_stats(EMB, VALID)
+    fixed = normalisation.normalise(EMB, None, "fixed", 0.0, 0.2)
     torch.testing.assert_close(fixed, EMB / 0.2)
-    scalar = kinds.normalise(EMB, stats, "scalar")
+    scalar = normalisation.normalise(EMB, stats, "scalar")
     torch.testing.assert_close(scalar, (EMB - 5.5) / math.sqrt(8.25))
-    per_channel = kinds.normalise(EMB, stats, "per_channel")
+    per_channel = normalisation.normalise(EMB, stats, "per_channel")
     torch.testing.assert_close(per_channel, (EMB - torch.tensor([5.0, 6.0])) / math.sqrt(8.0))
     assert per_channel.dtype == torch.float32
     # after per-channel normalisation the valid tokens have mean 0 and std 1 in every channel
-    again = kinds.normalisation_stats(per_channel, VALID)
+    again = normalisation.normalisation_stats(per_channel, VALID)
     torch.testing.assert_close(again["channel_mean"], torch.zeros(2, dtype=torch.float64), atol=1e-6, rtol=0)
     torch.testing.assert_close(again["channel_std"], torch.ones(2, dtype=torch.float64))
-    torch.testing.assert_close(kinds.denormalise(per_channel, stats, "per_channel"), EMB)
+    torch.testing.assert_close(normalisation.denormalise(per_channel, stats, "per_channel"), EMB)
     with pytest.raises(ValueError, match="needs statistics"):
-        kinds.normalise(EMB, None, "scalar")
+        normalisation.normalise(EMB, None, "scalar")

@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from elf.embed.kinds import normalise
+from elf.embed.normalise import normalise
 from elf.embed.store import (TOKEN_COLUMNS, EmbeddingStore, TokenArrays, from_storage, open_store)
 
 IN_MEMORY_LIMIT_BYTES = 1 << 30
@@ -150,7 +150,7 @@ class ShuffledBatches:
                  *, normalization: str = "fixed", mean: float = 0.0, std: float = 0.2, prefetch: int = 2,
                  transform: Callable[[dict, int, int], dict] | None = None):
         """``normalization``: ``fixed`` (mean/std as given; released configs 0, 0.2), ``scalar`` or
-        ``per_channel`` (the source's statistics), applied by ``elf.embed.kinds.normalise``.
+        ``per_channel`` (the source's statistics), applied by ``elf.embed.normalise.normalise``.
         ``prefetch``: batches prepared ahead by a background thread (0: none); never changes the order.
         ``transform(batch, epoch, position)``: applied to each batch where it is made (the prefetch
         thread), e.g. the encoder's span corruption; it must depend on nothing but its arguments."""

@@ -285,7 +285,7 @@ def conditional_inputs(meta: dict, *, store: str | None, tokens: str | None, spl
 
     from elf.artifacts import check_tokenizer
     from elf.artifacts.names import RUN_EMBEDDING, STORE_SOURCE, STORE_TOKENIZER
-    from elf.embed.kinds import normalise
+    from elf.embed.normalise import normalise
     from elf.embed.store import from_storage, open_store
 
     if not store or not tokens:

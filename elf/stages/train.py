@@ -160,7 +160,6 @@ def batch_source(emb_s: EmbeddingSettings, vocab_size: int, *, store: str | None
                  encoder: str | None):
     """The cached store, or token ids embedded per batch (kind ``learned``: token ids only, the
     trainer embeds them with its table)."""
-    from elf.embed.kinds import build_embedder
     from elf.embed.reader import OnTheFlySource, StoreSource
     from elf.embed.store import TokenArrays, open_store
 
@@ -173,6 +172,8 @@ def batch_source(emb_s: EmbeddingSettings, vocab_size: int, *, store: str | None
     arrays = TokenArrays.from_disk(tokens, "train")
     if emb_s.kind == "learned":
         return OnTheFlySource(arrays, None, dim=_table_width(encoder))
+    from elf.embed.kinds import build_embedder  # an encoder's code only when embedding per batch
+
     return OnTheFlySource(arrays, build_embedder(emb_s, encoder, vocab_size, seed=0), None)
 
 
