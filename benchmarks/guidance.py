@@ -159,8 +159,8 @@ def main() -> None:
 
 def print_sweep(name: str, step: int, sweep: dict, args) -> None:
     for sampler_name, m in sweep.items():
-        print(f"{name} step {step} {sampler_name}: Gen. PPL {m['gen_ppl']:.2f} ± {m['gen_ppl_se']:.2f}, entropy "
-              f"{m['entropy']:.3f}, repetition {m['repetition']:.3f} ({args.samples} samples, "
+        print(f"{name} step {step} {sampler_name}: Gen. PPL {m['gen_ppl']:.2f} ± {m['gen_ppl_se']:.2f}, "
+              f"entropy {m['entropy']:.3f}, repetition {m['repetition']:.3f} ({args.samples} samples, "
               f"seed {args.seed})", flush=True)
 
 

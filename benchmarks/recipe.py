@@ -241,12 +241,12 @@ def text_metrics(texts: list[str], scorer) -> dict:
     context = scoring_context(model)
     ppl = gen_ppl(texts, model, tokenizer, batch_size=64, progress=False, max_length=context)
     from elf.data.recognize import grammar_scores
-
     from elf.evaluate.uncertainty import ratio_ppl_se
 
     grammar = grammar_scores(texts)
-    return dict(gen_ppl=ppl["gen_ppl"],
-                gen_ppl_se=ratio_ppl_se(ppl["per_sample_nll"], ppl["per_sample_tokens"]), entropy=text_entropy(texts, tokenizer, context)["entropy"],
+    ppl_se = ratio_ppl_se(ppl["per_sample_nll"], ppl["per_sample_tokens"])
+    return dict(gen_ppl=ppl["gen_ppl"], gen_ppl_se=ppl_se,
+                entropy=text_entropy(texts, tokenizer, context)["entropy"],
                 repetition=repetition(texts)["repetition"], grammar=grammar["accepted"],
                 one_tense=grammar["one_tense"])
 

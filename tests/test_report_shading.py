@@ -44,8 +44,9 @@ def test_sweep_effect_says_inert_when_no_end_moves_beyond_twice_the_combined_se(
 
 
 def paper_sweep(ppl, entropy, model="ELF-B", method="ode", steps=64):
-    return pd.DataFrame([dict(src="T10", model=model, method=method, steps=steps, sc_cfg=w, metric=metric,
-                              value=value)
+    return pd.DataFrame([dict(src="T10", entry=f"T10:{model}:{method}:{w}", model=model, paper_run="R01",
+                              task=None, method=method, steps=steps, gamma=None, sc_cfg=w, input_cfg=None,
+                              round=None, metric=metric, value=value, se=None)
                          for w, p, h in zip((0.5, 1.0, 3.0), ppl, entropy)
                          for metric, value in (("gen_ppl", p), ("entropy", h))])
 
@@ -56,7 +57,8 @@ def test_sweep_effect_sets_the_sweep_beside_the_papers_own():
     weak = sweep_effect(ours, "model_size", "sc_cfg", paper=paper)
     # ours: 32.1 / 36.5 − 1 = −12 %; the paper's 26.6 / 104.3 − 1 = −74 %, entropy 5.15 − 5.51
     assert "Gen. PPL -4.40, -12 % (2 SE 1.41: beyond noise)" in weak
-    assert "the paper's ELF-B (64-step) sweep over the same ends moves Gen. PPL -74 % and entropy -0.36" in weak
+    assert ("the paper's ELF-B (64-step) sweep over the same ends moves Gen. PPL -74 % and entropy -0.36"
+            in weak)
     assert "under half the paper's size (at most -12 % in Gen. PPL" in weak and "guidance.py" in weak
     strong = sweep_effect(points([0.5, 3.0], [104.0, 40.0], [5.5, 5.2]), "model_size", "sc_cfg", paper=paper)
     assert "-74 %" in strong and "under half" not in strong

@@ -27,7 +27,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from elf.report.registry import PD_TOTAL
-from elf.report.paper import baseline_points
+from elf.report.paper import baseline_points, pair_metrics
 from elf.report.plotting import (AXIS_NAMES, SAMPLER_COLUMNS, FigureInputs, Recorder, caption,
                                  draw_dataset, draw_paper, draw_series, entropy_label, finish, finite, has,
                                  new_figure, no_data, poor_quality, series_colors, setting_text,
@@ -72,7 +72,8 @@ def frontier(inputs: FigureInputs, label_by: str, panel_by: str | None = None,
             draw_dataset(ax, rec, panel, rows, inputs.dataset_scores, frontier=True)
         finish(ax, "entropy", "gen_ppl", x_is_entropy=True, poor=poor)
     separate = has(df, "decode_head") and (df["decode_head"] == False).any()  # noqa: E712
-    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, legend, select(inputs.points, sweep_paper)) if sweep_note else "",
+    paper_sweep = select_points(inputs.points, sweep_paper)
+    caption(fig, [poor.note, sweep_effect(df, label_by, sweep, legend, paper_sweep) if sweep_note else "",
                   SEPARATE_DECODER_DEVIATION if separate else ""])
     return fig, rec.frame()
 
@@ -139,7 +140,7 @@ def sweep_effect(df: pd.DataFrame, label_by: str, sweep: str, legend: dict | Non
     return "; ".join(parts) + f" — {verdict}"
 
 
-def select(points: pd.DataFrame, columns: dict | None) -> pd.DataFrame | None:
+def select_points(points: pd.DataFrame, columns: dict | None) -> pd.DataFrame | None:
     """The paper's values whose columns equal ``columns`` (None: none selected)."""
     if not columns or points.empty:
         return None
@@ -154,18 +155,16 @@ def paper_sweep_ends(points: pd.DataFrame, sweep: str, lo: float,
     """The paper's Gen. PPL and entropy at ``sweep`` = lo and hi, from the first of its settings (model,
     method, steps) that has all four: ``((model, steps), {metric: (at lo, at hi)})``. Steps may differ
     from ours (the paper sweeps at 64 steps): this compares the sweep's size, not its points."""
-    if points.empty or sweep not in points.columns:
+    paired = pair_metrics(points)
+    if not has(paired, "gen_ppl", "entropy", sweep):
         return None
-    settings = points[points["metric"].isin(["gen_ppl", "entropy"])]
-    for (model, _, steps), group in settings.groupby(["model", "method", "steps"], sort=False):
+    for (model, _, steps), group in paired.groupby(["model", "method", "steps"], sort=False):
         at = pd.to_numeric(group[sweep], errors="coerce")
-        ends = {}
-        for metric in ("gen_ppl", "entropy"):
-            found = [group[(group["metric"] == metric) & np.isclose(at, end)]["value"] for end in (lo, hi)]
-            if any(values.empty for values in found):
-                break
-            ends[metric] = (float(found[0].iloc[0]), float(found[1].iloc[0]))
-        else:
+        rows = [group[np.isclose(at, end)] for end in (lo, hi)]
+        if any(r.empty for r in rows):
+            continue
+        ends = {m: (finite(rows[0][m].iloc[0]), finite(rows[1][m].iloc[0])) for m in ("gen_ppl", "entropy")}
+        if all(math.isfinite(v) for pair in ends.values() for v in pair):
             return (str(model), int(steps)), ends
     return None
 
