@@ -238,14 +238,12 @@ def encoder_for(exp, results: Path, data: dict, tokenizer, tmp: Path) -> str:
 
 def train_variant(exp, run: RunSettings, source, vocab: int, steps: int):
     from elf.embed.reader import ShuffledBatches
-    from elf.model import ELF, model_config
+    from elf.model import ELF, run_model_config
     from elf.train.checkpoint import load_model
     from elf.train.loop import train
 
     run = replace(run, budget=replace(run.budget, steps=steps, checkpoint_every=10 ** 9))
-    cfg = model_config(run.model.size, exp.sizes, d=source.dim, vocab_size=vocab,
-                       max_length=source.seq_len, bottleneck=run.model.bottleneck,
-                       conditioning=run.model.conditioning, decode_head=run.model.decode_head)
+    cfg = run_model_config(run.model, exp.sizes, d=source.dim, vocab_size=vocab, max_length=source.seq_len)
     torch.manual_seed(run.budget.seed)
     model = ELF(cfg)
     emb = exp.embeddings[run.embedding]

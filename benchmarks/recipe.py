@@ -133,11 +133,9 @@ def resolve(exp, run_name: str, overrides: dict, sampler_name: str):
 # ---------------------------------------------------------------------------------------------------
 
 def build(exp, run: RunSettings, store, vocab: int):
-    from elf.model import ELF, model_config
+    from elf.model import ELF, run_model_config
 
-    cfg = model_config(run.model.size, exp.sizes, d=store.dim, vocab_size=vocab,
-                       max_length=store.seq_len, bottleneck=run.model.bottleneck,
-                       conditioning=run.model.conditioning, decode_head=run.model.decode_head)
+    cfg = run_model_config(run.model, exp.sizes, d=store.dim, vocab_size=vocab, max_length=store.seq_len)
     torch.manual_seed(run.budget.seed)
     return ELF(cfg)
 

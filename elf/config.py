@@ -36,6 +36,8 @@ class ModelSettings:
     conditioning: Literal["in_context", "adaln"] = _f("in_context", help="control tokens or adaLN-Zero")
     prediction: Literal["x", "v", "eps"] = _f("x", help="network output parameterisation")
     decode_head: bool = _f(True, help="shared decoder head (false: denoiser only, separate decoder)")
+    control_tokens: int = _f(4, help="in-context tokens per control (time, SC-CFG scale, denoising "
+                             "mode), prepended to the sequence; the released code: 4 each", lo=1)
 
 
 @dataclass(frozen=True)

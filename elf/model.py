@@ -81,6 +81,15 @@ def model_config(size: str, extra_sizes: dict | None = None, **fields) -> ModelC
     return replace(ModelConfig(), **{**sizes[size], **fields})
 
 
+def run_model_config(model_s, extra_sizes: dict | None = None, **data_fields) -> ModelConfig:
+    """The ModelConfig of a run's ``ModelSettings`` (elf/config.py) plus the data-dependent fields
+    (``d``, ``vocab_size``, ``max_length``): the one translation from settings to network shape."""
+    n = model_s.control_tokens
+    return model_config(model_s.size, extra_sizes, bottleneck=model_s.bottleneck,
+                        conditioning=model_s.conditioning, decode_head=model_s.decode_head,
+                        num_time_tokens=n, num_cfg_tokens=n, num_mode_tokens=n, **data_fields)
+
+
 # --------------------------------------------------------------------------------------------------
 # Building blocks
 # --------------------------------------------------------------------------------------------------

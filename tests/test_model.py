@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from elf.model import ELF, model_config
+from elf.config import ModelSettings
+from elf.model import ELF, model_config, run_model_config
 from elf.train.checkpoint import config_from_state_dict
 from tests.helpers import tiny_model
 
@@ -34,3 +35,17 @@ def test_config_is_recovered_from_a_released_layout_state_dict():
     model = tiny_model()
     cfg = config_from_state_dict(model.state_dict(), max_length=12)
     assert (cfg.depth, cfg.width, cfg.heads, cfg.d, cfg.bottleneck, cfg.vocab_size) == (2, 64, 4, 16, 8, 32)
+
+
+def test_control_tokens_setting_shapes_the_network_and_survives_its_state_dict():
+    settings = ModelSettings(size="tiny", bottleneck=8, control_tokens=1)
+    cfg = run_model_config(settings, {"tiny": dict(depth=1, width=32, heads=2)}, d=16, vocab_size=20,
+                           max_length=6)
+    assert (cfg.num_time_tokens, cfg.num_cfg_tokens, cfg.num_mode_tokens, cfg.num_control_tokens) == (1, 1, 1, 3)
+    model = ELF(cfg)
+    x_hat, h = model(torch.randn(2, 6, 32), torch.tensor([0.2, 0.8]), torch.tensor([1.0, 2.0]))
+    assert x_hat.shape == (2, 6, 16) and h.shape == (2, 6, 32)   # the 3 control tokens are split off
+    assert config_from_state_dict(model.state_dict(), max_length=6).num_control_tokens == 3
+    default = run_model_config(ModelSettings(size="tiny"), {"tiny": dict(depth=1, width=32, heads=2)},
+                               d=16, vocab_size=20, max_length=6)
+    assert default.num_control_tokens == 12                    # the released code's 4 + 4 + 4

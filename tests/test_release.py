@@ -120,6 +120,9 @@ def test_settings_that_do_not_describe_the_checkpoint_fail(tmp_path, tokenizer_d
     err = capsys.readouterr().err
     assert "bottleneck: settings 32, checkpoint 8" in err
     assert "conditioning: settings 'adaln', checkpoint 'in_context'" in err
+    one_token = settings(model=ModelSettings(size="tiny", bottleneck=TINY["bottleneck"], control_tokens=1))
+    assert release(tmp_path / "ckpt.pt", tmp_path / "run", tokenizer_dir, one_token) == 2
+    assert "num_time_tokens: settings 1, checkpoint 4" in capsys.readouterr().err
     trained = json.loads(settings())
     trained["run"]["kind"] = "train"
     assert release(tmp_path / "ckpt.pt", tmp_path / "run", tokenizer_dir, json.dumps(trained)) == 2

@@ -160,6 +160,9 @@ def model_mismatches(cfg, run_s, sizes: dict) -> list[str]:
     wanted = {"depth": preset.depth, "width": preset.width, "heads": preset.heads,
               "bottleneck": model.bottleneck, "conditioning": model.conditioning,
               "decode_head": model.decode_head}
+    if model.conditioning == "in_context":
+        wanted.update(num_time_tokens=model.control_tokens, num_cfg_tokens=model.control_tokens,
+                      num_mode_tokens=model.control_tokens)
     problems = [f"{key}: settings {value!r}, checkpoint {getattr(cfg, key)!r}"
                 for key, value in wanted.items() if getattr(cfg, key) != value]
     if model.prediction != "x":

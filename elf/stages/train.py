@@ -71,7 +71,7 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
     from elf.data.tokenizer import load_tokenizer
     from elf.embed.reader import ShuffledBatches
     from elf.io import output_lock
-    from elf.model import ELF, model_config
+    from elf.model import ELF, run_model_config
     from elf.train.checkpoint import model_meta
     from elf.train.loop import init_distributed, train
 
@@ -91,9 +91,8 @@ def train_run(settings: TrainSettings, *, store: str | None, tokens: str | None,
                             embedding=to_dict(emb_s))
     check_batch_fits(run_s, len(source), f"--store {store}" if store else f"--tokens {tokens}")
     try:
-        cfg = model_config(run_s.model.size, settings.sizes, d=source.dim, vocab_size=len(tokenizer),
-                           max_length=source.seq_len, bottleneck=run_s.model.bottleneck,
-                           conditioning=run_s.model.conditioning, decode_head=run_s.model.decode_head)
+        cfg = run_model_config(run_s.model, settings.sizes, d=source.dim, vocab_size=len(tokenizer),
+                               max_length=source.seq_len)
     except KeyError as err:
         raise ElfError(str(err)) from err
     torch.manual_seed(run_s.budget.seed)  # model initialisation
