@@ -26,20 +26,20 @@ JOBID = re.compile(r"^\s+jobid: (\d+)$")
 WILDCARDS = re.compile(r"^\s+wildcards: (.*)$")
 FINISHED = re.compile(r"^Finished jobid: (\d+)")
 # The wildcard that names a job's row beside its rule (other rules are summed over their jobs).
-ROW_BY = {"train": "run", "distill": "run", "evaluate_group": "group", "evaluate": "run"}
+ROW_BY = {"train": "run", "distill": "run", "evaluate": "run"}
 
 
 def job_times(text: str) -> dict[str, float]:
     """Seconds per job, keyed ``rule`` or ``rule:wildcard`` (``ROW_BY``); repeated keys are summed."""
-    stamp = rule = None
+    stamp = rule = jobid = None
     started: dict[str, tuple[datetime, str]] = {}
     times: dict[str, float] = defaultdict(float)
     for line in text.splitlines():
         if m := STAMP.match(line):
             stamp = datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
         elif m := RULE.match(line):
-            rule, key = m.group(1), m.group(1)
-        elif rule and (m := WILDCARDS.match(line)) and rule in ROW_BY:
+            rule, key, jobid = m.group(1), m.group(1), None
+        elif jobid in started and (m := WILDCARDS.match(line)) and rule in ROW_BY:
             values = dict(part.split("=", 1) for part in m.group(1).split(", ") if "=" in part)
             if ROW_BY[rule] in values:
                 key = f"{rule}:{values[ROW_BY[rule]]}"
@@ -64,7 +64,7 @@ def wall_seconds(text: str) -> float:
 def table(logs: list[Path], names: list[str]) -> str:
     texts = [log.read_text(errors="replace") for log in logs]
     per_log = [job_times(t) for t in texts]
-    keys = sorted({k for times in per_log for k in times}, key=lambda k: -max(t.get(k, 0) for t in per_log))
+    keys = sorted({k for times in per_log for k in times}, key=lambda k: (-max(t.get(k, 0) for t in per_log), k))
     head = "| job | " + " | ".join(f"{n} (s)" for n in names) + " |"
     out = [head, "|---|" + "---|" * len(names)]
     for key in keys:
