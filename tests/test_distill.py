@@ -506,3 +506,20 @@ def test_dag_chains_rounds_from_the_previous_students_ema(tmp_path):
         init = "base" if k == 1 else f"pd_r{k - 1}"
         assert any(f"--teacher {runs}/base --init {runs}/{init} " in c and f"--out {runs}/pd_r{k}" in c
                    for c in commands), (k, commands)
+
+
+def test_init_checkpoint_whose_model_settings_differ_is_refused_by_name():
+    """A distill run's `model` settings must describe its init checkpoint (the student keeps that
+    network's shape): one in-context token per control against a checkpoint trained with four."""
+    from elf.artifacts.names import RUN_MODEL, RUN_SETTINGS
+    from elf.config import ModelSettings
+    from elf.errors import ElfError
+    from elf.stages.distill import check_compatible
+
+    four, one = (to_dict(ModelSettings(size="tiny", control_tokens=n)) for n in (4, 1))
+    meta = {RUN_MODEL: {"d": 8, "max_length": 6, "vocab_size": 20, "decode_head": True},
+            RUN_SETTINGS: {"model": four}}
+    shape = dict(d=8, seq_len=6, vocab=20, embedding={})
+    check_compatible("init", meta, **shape, model_settings=four)        # the same settings pass
+    with pytest.raises(ElfError, match=r"--init: .* differ .* in control_tokens: the student keeps"):
+        check_compatible("init", meta, **shape, model_settings=one)
