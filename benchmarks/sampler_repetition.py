@@ -1,9 +1,9 @@
 """Benchmark: which sampler setting drives repetition, on a finished run's EMA weights. One table.
 
 The bar's repetition line (``benchmarks/embedded_bar.py``: the share of a sample's most frequent
-word, held-out text 0.18, bar 0.2) is measured on the paper's 32-step system sampler (SDE γ 1.5,
-SC-CFG 3). This samples one checkpoint with that sampler and with variants of it, each changing one
-setting (``key=value`` into ``SamplerSettings``), and prints repetition, Gen. PPL and entropy under the
+word, held-out text 0.18, bar 0.2) is measured on the paper's 32-step system sampler (the config's
+``sde32``: SDE γ 1.5, SC-CFG 3). This samples one checkpoint with that sampler (``--sampler``) and with
+variants of it, each changing one setting (``key=value`` into ``SamplerSettings``), and prints repetition, Gen. PPL and entropy under the
 run's scorer, all on the same noise (evaluation seeds 0, 1, ...). A setting whose variants leave
 repetition where the bar's sampler puts it is not the lever; one that moves it is.
 
@@ -20,16 +20,14 @@ import torch
 import yaml
 
 from elf.artifacts.names import RUN_SETTINGS
-from elf.config import SamplerSettings, from_dict
+from elf.config import SamplerSettings, from_dict, to_dict
+from elf.validate import parse_experiment
 from elf.data.tokenizer import load_tokenizer
 from elf.evaluate.metrics import unconditional_metrics
 from elf.flow.sampling import SamplingJob, sample_rows
 from elf.stages.score import load_unconditional_scorer
 from elf.train.checkpoint import load_model
 from elf.typed import ConfigError
-
-BAR_SAMPLER = dict(method="sde", steps=32, gamma=1.5, sc_cfg=3.0, noise_scale=1.0)
-
 
 def parse_variant(text: str) -> tuple[str, dict]:
     """``key=value`` (YAML value) → (label, override); a bad key fails when the settings are built."""
@@ -43,21 +41,28 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("variants", nargs="*", type=parse_variant, help="key=value overrides of the bar's sampler")
-    p.add_argument("--results", type=Path, default=Path("results"), help="a finished DAG's results/")
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--sampler", default="sde32", help="the config's sampler the variants change")
+    p.add_argument("--results", type=Path, help="a finished DAG's results/ (default: the config's)")
     p.add_argument("--run", default="base")
     p.add_argument("--samples", type=int, default=128, help="samples per evaluation seed")
     p.add_argument("--seeds", type=int, default=2, help="evaluation seeds (0, 1, ...)")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    exp = parse_experiment(yaml.safe_load(Path(args.config).read_text()))
+    if args.sampler not in exp.samplers:
+        p.error(f"--sampler {args.sampler}: not a sampler of {args.config}")
+    bar_sampler = to_dict(exp.samplers[args.sampler])
+    args.results = args.results or Path(exp.results)
     checkpoint = args.results / "runs" / args.run
     if not (checkpoint / "ema.safetensors").is_file():
         p.error(f"--results {args.results} --run {args.run}: no checkpoint at {checkpoint} "
                 "(point --results at a finished DAG's results/)")
 
     try:  # every variant is validated before anything is sampled
-        samplers = [(label, from_dict(SamplerSettings, {**BAR_SAMPLER, **override}, f"variant {label}"))
-                    for label, override in [("bar sampler (sde32)", {})] + args.variants]
+        samplers = [(label, from_dict(SamplerSettings, {**bar_sampler, **override}, f"variant {label}"))
+                    for label, override in [(f"bar sampler ({args.sampler})", {})] + args.variants]
     except ConfigError as err:
         p.error(str(err))
     model, meta = load_model(checkpoint, "ema")
@@ -65,7 +70,7 @@ def main() -> None:
     scorer = load_unconditional_scorer(str(args.results / "models" / "scorer"), "cpu", "fp32", 64, None)
     shape = (model.cfg.max_length, model.cfg.d)
     print(f"{args.run} (EMA), {args.seeds} x {args.samples} samples per row; "
-          f"bar sampler {BAR_SAMPLER}\n")
+          f"bar sampler {args.sampler}: {bar_sampler}\n")
     print("| sampler | repetition | Gen. PPL | entropy |\n|---|---|---|---|")
     for label, settings in samplers:
         job = SamplingJob(model, settings, tokenizer, torch.device("cpu"), "fp32",
